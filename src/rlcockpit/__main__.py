@@ -1,0 +1,5 @@
+import sys
+
+from rlcockpit.cli import main
+
+sys.exit(main())

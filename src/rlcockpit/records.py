@@ -1,0 +1,170 @@
+"""Frozen value objects shared by every layer (stdlib only).
+
+These are the nouns of DESIGN.md §5: a run, a metric point, a histogram, a sample, an event, a
+finding, a phase record, a checkpoint record. The store maps them to rows; the telemetry SDK
+builds them; the server serialises them with :func:`to_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+RUN_STATUSES = ("running", "finished", "failed", "crashed", "stopped")
+SEVERITIES = ("info", "yellow", "orange", "red", "black")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One training run. ``run_id`` is unique within a store."""
+
+    run_id: str
+    project: str
+    name: str
+    status: str = "running"
+    started_at: float = 0.0
+    ended_at: float | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    last_step: int | None = None
+    heartbeat_at: float | None = None
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    step: int
+    name: str
+    value: float
+    wall_time: float = 0.0
+
+
+@dataclass(frozen=True)
+class HistogramRecord:
+    """A histogram of ``values`` at one step: ``len(edges) == len(counts) + 1``."""
+
+    step: int
+    name: str
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    wall_time: float = 0.0
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """One rollout sample: what the policy saw, said, and how it was judged.
+
+    Per-token arrays (``tokens``, ``logprobs``, ``ref_logprobs``, ``token_kl``) are optional: the
+    telemetry payload policy keeps them for the most recent steps and a seeded subset afterwards;
+    ``has_token_arrays`` tells which samples have them.
+    """
+
+    step: int
+    sample_id: int
+    prompt: str
+    response: str
+    reward: float
+    prompt_id: str = ""
+    group_id: int = 0
+    category: str = ""
+    components: Mapping[str, float] = field(default_factory=dict)
+    uncertainty: float | None = None
+    flags: tuple[str, ...] = ()
+    length: int = 0
+    truncated: bool = False
+    advantage: float | None = None
+    value: float | None = None
+    kl_sum: float | None = None
+    kl_max: float | None = None
+    tokens: tuple[str, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
+    ref_logprobs: tuple[float, ...] | None = None
+    token_kl: tuple[float, ...] | None = None
+
+    @property
+    def has_token_arrays(self) -> bool:
+        return self.logprobs is not None or self.token_kl is not None
+
+    def without_token_arrays(self) -> SampleRecord:
+        return dataclasses.replace(self, tokens=None, logprobs=None, ref_logprobs=None, token_kl=None)
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """Something that happened at a step: a checkpoint, a phase change, a config change, a warning."""
+
+    step: int
+    kind: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    wall_time: float = 0.0
+
+
+@dataclass(frozen=True)
+class FindingRecord:
+    """A diagnostic finding (DESIGN.md §6). ``status`` is raised / escalated / resolved."""
+
+    step: int
+    detector: str
+    severity: str
+    message: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    patterns: tuple[str, ...] = ()
+    status: str = "raised"
+    wall_time: float = 0.0
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    """The trainer entered or finished a phase (ROLLOUT, SCORE, ...)."""
+
+    step: int
+    phase: str
+    status: str  # "started" | "finished" | "failed"
+    duration_s: float | None = None
+    progress: float | None = None
+    wall_time: float = 0.0
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    step: int
+    path: str
+    reason: str = "periodic"
+    wall_time: float = 0.0
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Everything written in one store transaction. A step's metrics and samples travel together."""
+
+    metrics: Sequence[MetricPoint] = ()
+    histograms: Sequence[HistogramRecord] = ()
+    samples: Sequence[SampleRecord] = ()
+    events: Sequence[EventRecord] = ()
+    findings: Sequence[FindingRecord] = ()
+    phases: Sequence[PhaseRecord] = ()
+    checkpoints: Sequence[CheckpointRecord] = ()
+
+    def __len__(self) -> int:
+        return sum(
+            len(x)
+            for x in (self.metrics, self.histograms, self.samples, self.events, self.findings,
+                      self.phases, self.checkpoints)
+        )
+
+
+def to_dict(record: Any) -> dict[str, Any]:
+    """JSON-friendly dict of a record (non-finite floats become None)."""
+    out = dataclasses.asdict(record)
+    return {k: _json_safe(v) for k, v in out.items()}
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v

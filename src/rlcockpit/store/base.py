@@ -1,0 +1,134 @@
+"""The store protocols (DESIGN.md §5). Backends keep their SQL and row mapping to themselves; every
+other layer sees only these protocols and the records of :mod:`rlcockpit.records`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from rlcockpit.records import (
+    Batch,
+    CheckpointRecord,
+    EventRecord,
+    FindingRecord,
+    HistogramRecord,
+    PhaseRecord,
+    RunInfo,
+    SampleRecord,
+)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric over steps. ``steps`` ascending; downsampled series keep every bucket's extremes."""
+
+    name: str
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+    wall_times: tuple[float, ...] = ()
+    downsampled: bool = False
+
+
+@dataclass(frozen=True)
+class SampleQuery:
+    """Filters for :meth:`StoreReader.query_samples`. ``None`` means "no filter"."""
+
+    step_min: int | None = None
+    step_max: int | None = None
+    category: str | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    flags: tuple[str, ...] = ()  # every listed flag must be present
+    prompt_id: str | None = None
+    text: str | None = None  # substring of prompt or response, case-insensitive
+    has_token_arrays: bool | None = None
+    order: str = "step_asc"  # step_asc | step_desc | reward_asc | reward_desc
+    limit: int = 50
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class SamplePage:
+    items: tuple[SampleRecord, ...]
+    total: int
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run: RunInfo
+    steps: int
+    first_step: int | None
+    last_step: int | None
+    metric_names: tuple[str, ...]
+    samples: int
+    findings_by_severity: dict[str, int] = field(default_factory=dict)
+    dropped_total: int = 0
+
+
+@runtime_checkable
+class StoreWriter(Protocol):
+    """Used by exactly one thread (the telemetry writer thread)."""
+
+    def create_run(self, run: RunInfo) -> None: ...
+
+    def write_batch(self, run_id: str, batch: Batch) -> None:
+        """Write everything in ``batch`` in one transaction (all or nothing)."""
+
+    def set_run_status(self, run_id: str, status: str, *, ended_at: float | None = None) -> None: ...
+
+    def heartbeat(self, run_id: str, wall_time: float, last_step: int | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class StoreReader(Protocol):
+    """Read side; safe to use from other threads and processes while a writer writes."""
+
+    def list_runs(self) -> list[RunInfo]: ...
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """Raises NotFoundError for an unknown run."""
+
+    def metric_names(self, run_id: str) -> list[str]: ...
+
+    def read_series(
+        self,
+        run_id: str,
+        names: Sequence[str],
+        *,
+        step_min: int | None = None,
+        step_max: int | None = None,
+        max_points: int | None = None,
+    ) -> dict[str, Series]: ...
+
+    def latest(self, run_id: str, names: Sequence[str] | None = None) -> dict[str, tuple[int, float]]:
+        """Most recent (step, value) per metric name."""
+
+    def read_histograms(
+        self, run_id: str, name: str, *, step_min: int | None = None, step_max: int | None = None
+    ) -> list[HistogramRecord]: ...
+
+    def query_samples(self, run_id: str, query: SampleQuery) -> SamplePage: ...
+
+    def get_sample(self, run_id: str, step: int, sample_id: int) -> SampleRecord: ...
+
+    def read_events(
+        self, run_id: str, *, kinds: Sequence[str] | None = None, step_min: int | None = None,
+        step_max: int | None = None, limit: int | None = None,
+    ) -> list[EventRecord]: ...
+
+    def read_findings(
+        self, run_id: str, *, step_min: int | None = None, severities: Sequence[str] | None = None
+    ) -> list[FindingRecord]: ...
+
+    def read_phases(self, run_id: str, *, limit: int | None = None) -> list[PhaseRecord]: ...
+
+    def read_checkpoints(self, run_id: str) -> list[CheckpointRecord]: ...
+
+    def summary(self, run_id: str) -> RunSummary: ...
+
+    def close(self) -> None: ...
