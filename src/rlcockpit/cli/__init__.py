@@ -25,7 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rlcockpit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        module = importlib.import_module(f"rlcockpit.cli.{name}")
+        try:
+            module = importlib.import_module(f"rlcockpit.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"rlcockpit.cli.{name}":
+                raise
+            continue  # command not part of this installation
         module.register(sub)
     return parser
 
