@@ -26,7 +26,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
-	cd src && ../$(VENV)/bin/lint-imports --config ../pyproject.toml
+	cd src && ../$(VENV)/bin/lint-imports ../pyproject.toml
 
 test: $(STAMP) lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --timeout 900 tests
