@@ -1,0 +1,273 @@
+"""The trainer's configuration: one frozen dataclass per component, composed into ``TrainConfig``.
+
+Stdlib only, so ``rlcockpit train`` rejects a bad config (unknown key, wrong type, out of range,
+inconsistent fields) before torch is imported. Defaults are tuned for the tiny world on 2 CPU cores
+(``examples/ppo_tiny.yaml`` spells them out; ``examples/grpo_tiny.yaml`` shows the GRPO variant).
+docs/config.md is generated from these classes with :func:`rlcockpit.config.describe`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlcockpit.config import Config, check, option
+
+PHASES = ("INIT", "ROLLOUT", "SCORE", "ADVANTAGE", "UPDATE", "EVAL", "DIAGNOSE", "HOTFIX", "CHECKPOINT")
+
+
+@dataclass(frozen=True)
+class ModelConfig(Config):
+    """The policy (actor), the frozen reference and the critic."""
+
+    path: str = option("tiny", help='Policy weights: "tiny" = the shipped tiny-world SFT checkpoint, '
+                       "or a local Hugging Face causal-LM directory (config.json + weights + tokenizer). "
+                       "The reference model is a frozen copy of it.")
+    critic_path: str = option("", help="Backbone for the critic (a causal-LM directory whose hidden states feed "
+                              'the value head); "" = the same as model.path.')
+    value_head_init_std: float = option(0.01, help="Std of the normal init of the critic's value head "
+                                        "(seed 000 §3.2: 0.01 keeps the early critic stable).", range=(0.0, 1.0))
+    normalize_values: bool = option(False, help="Critic output normalisation (seed 000 §3.2/§4.2): the critic "
+                                    "predicts returns normalised by running statistics; predictions are "
+                                    "denormalised before GAE.")
+    threads: int = option(0, help="torch.set_num_threads for training; 0 = leave torch's default.",
+                          range=(0, 256))
+
+
+@dataclass(frozen=True)
+class DataConfig(Config):
+    """Where the prompts come from."""
+
+    source: str = option("tiny", help='"tiny" = the tiny world\'s prompt set (split data.split), or a path to a '
+                         'JSONL file with one {"prompt": ..., "prompt_id"?, "category"?, "meta"?} per line.')
+    split: str = option("train", help="Tiny-world split used for training.", choices=("train", "validation"))
+    shuffle: bool = option(True, help="Reshuffle the prompts every pass (seeded by `seed`).")
+    max_prompt_tokens: int = option(64, help="Prompts longer than this many tokens are skipped at set-up "
+                                    "(an event lists how many).", range=(1, 8192))
+
+
+@dataclass(frozen=True)
+class RolloutConfig(Config):
+    """Sampling responses from the actor."""
+
+    batch_size: int = option(32, help="Prompts per step.", range=(1, 4096))
+    n_samples: int = option(1, help="Responses sampled per prompt (GRPO needs >= 2).", range=(1, 256))
+    temperature: float = option(1.0, help="Sampling temperature (live parameter). Logprobs are computed "
+                                "from the same tempered distribution.", range=(0.05, 5.0))
+    top_p: float = option(1.0, help="Nucleus sampling threshold (live parameter); 1.0 = off.",
+                          range=(0.05, 1.0))
+    max_new_tokens: int = option(24, help="Maximum response length in tokens (live parameter); a response "
+                                 "without EOS by then is `truncated`.", range=(1, 4096))
+
+
+@dataclass(frozen=True)
+class RewardConfig(Config):
+    """The reward function and how its output is shaped before the advantage."""
+
+    fn: str = option("rlcockpit.world.rewards:score", help='Reward function as "module:function" with '
+                     "signature fn(prompts, responses, meta, step) -> list[float] | list[dict[str, float]] "
+                     "(docs/trainer.md, custom reward functions).")
+    weights: dict[str, float] = option(default_factory=dict, help="Weight per named reward component "
+                                       "(default 1.0 each); total reward = weighted sum. Unknown names are "
+                                       "refused at set-up.")
+    scale: float = option(1.0, help="Multiplier on the total reward (live parameter).", range=(0.0, 100.0))
+    normalize: bool = option(True, help="Running reward normalisation (seed 000 §4.2): r -> (r - mu) / sigma "
+                             "with running mean/std before the advantage.")
+    clip: float = option(5.0, help="Clip the shaped reward to [-clip, clip] after normalisation; 0 = off.",
+                         range=(0.0, 1000.0))
+
+
+@dataclass(frozen=True)
+class KLConfig(Config):
+    """The KL to the frozen reference: a per-token reward penalty (PPO) or a loss term (GRPO)."""
+
+    coef: float = option(0.05, help="KL coefficient beta (live parameter; seed 004 §3.3 starts at 0.04).",
+                         range=(0.0, 10.0))
+    estimator: str = option("k1", help="Token KL estimator (Schulman): k1 = logp - ref, k2 = (logp-ref)^2/2, "
+                            "k3 = exp(ref-logp) - (ref-logp) - 1.", choices=("k1", "k2", "k3"))
+    adaptive: bool = option(False, help="Adaptive KL controller (Ziegler et al. 2019) steering kl/mean "
+                            "towards kl.target.")
+    target: float = option(1.0, help="Target per-sequence KL for the adaptive controller (live parameter).",
+                           range=(1e-6, 1000.0))
+    horizon: int = option(2000, help="Adaptive controller horizon in samples.", range=(1, 10_000_000))
+
+
+@dataclass(frozen=True)
+class PPOConfig(Config):
+    """The update: clipped surrogate, value loss, minibatches x epochs (also used by GRPO)."""
+
+    epochs: int = option(2, help="Passes over each rollout batch (live parameter; seed 004 §4.3: 2-4).",
+                         range=(1, 16))
+    minibatch_size: int = option(16, help="Samples per optimizer step; must divide "
+                                 "rollout.batch_size * rollout.n_samples.", range=(1, 65536))
+    clip_eps: float = option(0.2, help="Clip epsilon of the policy ratio (live parameter; base value when "
+                             "adaptive).", range=(0.01, 1.0))
+    adaptive_clip: bool = option(False, help="Adaptive clip epsilon from the entropy slope (seed 000 §3.2).")
+    clip_eps_min: float = option(0.05, help="Lower bound of the adaptive clip epsilon.", range=(0.001, 1.0))
+    clip_eps_max: float = option(0.4, help="Upper bound of the adaptive clip epsilon.", range=(0.001, 1.0))
+    value_clip: float = option(0.2, help="Clip range of the value loss around the old values (live "
+                               "parameter); 0 = unclipped.", range=(0.0, 100.0))
+    vf_coef: float = option(0.5, help="Weight of the value loss (scales the critic's gradient).",
+                            range=(0.0, 100.0))
+    gamma: float = option(1.0, help="Discount (seed 003 §3.3: 1.0 for text).", range=(0.0, 1.0))
+    lam: float = option(0.95, help="GAE lambda (bias/variance trade-off).", range=(0.0, 1.0))
+    whiten_advantages: bool = option(True, help="PPO: whiten advantages over the batch (masked).")
+    entropy_coef: float = option(0.0, help="Entropy bonus weight (live parameter; seed 003 §4.3: <= 0.01).",
+                                 range=(0.0, 1.0))
+
+
+@dataclass(frozen=True)
+class OptimConfig(Config):
+    """AdamW for actor and critic, with warm-up and per-group gradient clipping."""
+
+    actor_lr: float = option(5e-5, help="Actor learning rate (live parameter).", range=(0.0, 1.0))
+    critic_lr: float = option(1e-4, help="Critic learning rate (live parameter).", range=(0.0, 1.0))
+    warmup_steps: int = option(3, help="Linear learning-rate warm-up, in training steps.", range=(0, 1_000_000))
+    schedule: str = option("constant", help="Learning-rate shape after warm-up.",
+                           choices=("constant", "linear", "cosine"))
+    min_lr_ratio: float = option(0.1, help="Final lr / peak lr for the linear and cosine schedules.",
+                                 range=(0.0, 1.0))
+    weight_decay: float = option(0.0, help="AdamW weight decay; never applied to embeddings, biases or norms "
+                                 "(seed 000 §4.3).", range=(0.0, 1.0))
+    betas: tuple[float, ...] = option(default_factory=lambda: (0.9, 0.95), help="AdamW betas.")
+    grad_clip_actor: float = option(1.0, help="Gradient-norm limit of the actor's non-embedding parameters "
+                                    "(live parameter; 0 = off).", range=(0.0, 1e6))
+    grad_clip_embedding: float = option(3.0, help="Gradient-norm limit of the actor's embeddings (live "
+                                        "parameter; seed 000 §4.3: 3.0 vs 1.0 elsewhere; 0 = off).",
+                                        range=(0.0, 1e6))
+    grad_clip_critic: float = option(1.0, help="Gradient-norm limit of the critic (live parameter; 0 = off).",
+                                     range=(0.0, 1e6))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        ok = len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas)
+        check(ok, "optim.betas", list(self.betas), "needs two numbers in [0, 1), e.g. [0.9, 0.95]")
+
+
+@dataclass(frozen=True)
+class LoopConfig(Config):
+    """How long to train."""
+
+    steps: int = option(200, help="Training steps (one step = rollout + update of one batch).",
+                        range=(1, 10_000_000))
+
+
+@dataclass(frozen=True)
+class EvalConfig(Config):
+    """Validation on fixed prompts with a fixed sampling seed."""
+
+    every: int = option(10, help="Evaluate every N steps (and at step 0, before training); 0 = never.",
+                        range=(0, 1_000_000))
+    split: str = option("validation", help="Tiny-world split (or, with a JSONL data.source, the same file).",
+                        choices=("train", "validation"))
+    seed: int = option(1234, help="Sampling seed of every evaluation (the same prompts get the same noise).",
+                       range=(0, None))
+    temperature: float = option(1.0, help="Evaluation sampling temperature.", range=(0.05, 5.0))
+    top_p: float = option(1.0, help="Evaluation nucleus threshold.", range=(0.05, 1.0))
+    max_prompts: int = option(128, help="Validation prompts used (the first N of the split).",
+                              range=(1, 1_000_000))
+    batch_size: int = option(64, help="Prompts per generation batch during evaluation.", range=(1, 4096))
+
+
+@dataclass(frozen=True)
+class CheckpointConfig(Config):
+    """Full-state checkpoints (actor, critic, optimizers, controllers, normalisers, RNGs, data cursor)."""
+
+    dir: str = option("checkpoints", help="Root directory; checkpoints go to <dir>/<run_id>/step_<N>/ and "
+                      "<dir>/latest names the newest one.")
+    every: int = option(50, help="Save every N steps; 0 = only on demand and at the end.", range=(0, 10_000_000))
+    keep: int = option(3, help="Keep the newest N periodic checkpoints of a run (older ones are deleted).",
+                       range=(1, 10_000))
+    at_end: bool = option(True, help="Save a checkpoint when training ends (finished or stopped).")
+
+
+@dataclass(frozen=True)
+class TimeoutConfig(Config):
+    """Per-phase time limits, in seconds (0 = no limit)."""
+
+    rollout_s: float = option(600.0, help="ROLLOUT limit.", range=(0.0, 1e7))
+    score_s: float = option(300.0, help="SCORE limit (reward function, reference, critic).", range=(0.0, 1e7))
+    advantage_s: float = option(60.0, help="ADVANTAGE limit.", range=(0.0, 1e7))
+    update_s: float = option(600.0, help="UPDATE limit.", range=(0.0, 1e7))
+    eval_s: float = option(600.0, help="EVAL limit.", range=(0.0, 1e7))
+    diagnose_s: float = option(60.0, help="DIAGNOSE limit (step observers).", range=(0.0, 1e7))
+    hotfix_s: float = option(0.0, help="HOTFIX limit (excluding time spent paused).", range=(0.0, 1e7))
+    checkpoint_s: float = option(300.0, help="CHECKPOINT limit.", range=(0.0, 1e7))
+    on_timeout: str = option("warn", help='What an overrun does: "warn" logs a warning and records a '
+                             'phase_timeout event; "abort" also stops the run with PhaseTimeoutError once '
+                             "the phase returns.", choices=("warn", "abort"))
+
+    def limit(self, phase: str) -> float:
+        return float(getattr(self, f"{phase.lower()}_s", 0.0))
+
+
+@dataclass(frozen=True)
+class TelemetryConfig(Config):
+    """Where the run is recorded and how much per-token detail is kept."""
+
+    store: str = option("sqlite:///rlcockpit.db", help="Store URI (sqlite:///path.db or a bare path).")
+    log_samples: bool = option(True, help="Store every rollout sample (text, reward, flags, ...).")
+    token_arrays_recent_steps: int = option(20, help="Keep per-token arrays (tokens, logprobs, ref_logprobs, "
+                                            "token_kl) for every sample of the most recent N steps.",
+                                            range=(0, 1_000_000))
+    token_arrays_subset_per_step: int = option(4, help="...and for this many seeded samples per older step.",
+                                               range=(0, 1_000_000))
+    token_arrays_seed: int = option(0, help="Seed of the kept subset.", range=(0, None))
+    histogram_bins: int = option(32, help="Bins of the per-step histograms (reward, length, advantage, value).",
+                                 range=(2, 4096))
+
+
+@dataclass(frozen=True)
+class TrainConfig(Config):
+    """Everything ``rlcockpit train`` needs. Dotted overrides address the fields: ``kl.coef=0.05``."""
+
+    algo: str = option("ppo", help="ppo (actor + critic, GAE) or grpo (group-normalised advantages, no critic).",
+                       choices=("ppo", "grpo"))
+    seed: int = option(0, help="Seeds python, numpy, torch, the data order and the rollout generator.",
+                       range=(0, None))
+    project: str = option("rlcockpit", help="Project name recorded with the run.")
+    name: str = option("", help='Run name; "" = "<algo>-<run_id>".')
+    model: ModelConfig = option(default_factory=ModelConfig, help="Policy, reference and critic.")
+    data: DataConfig = option(default_factory=DataConfig, help="Prompt source.")
+    rollout: RolloutConfig = option(default_factory=RolloutConfig, help="Sampling.")
+    reward: RewardConfig = option(default_factory=RewardConfig, help="Reward function and shaping.")
+    kl: KLConfig = option(default_factory=KLConfig, help="KL to the reference.")
+    ppo: PPOConfig = option(default_factory=PPOConfig, help="The update.")
+    optim: OptimConfig = option(default_factory=OptimConfig, help="Optimizers.")
+    train: LoopConfig = option(default_factory=LoopConfig, help="Training length.")
+    eval: EvalConfig = option(default_factory=EvalConfig, help="Validation.")
+    checkpoint: CheckpointConfig = option(default_factory=CheckpointConfig, help="Checkpoints.")
+    timeouts: TimeoutConfig = option(default_factory=TimeoutConfig, help="Phase time limits.")
+    telemetry: TelemetryConfig = option(default_factory=TelemetryConfig, help="Recording.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        n = self.rollout.n_samples
+        check(self.algo != "grpo" or n >= 2, "rollout.n_samples", n,
+              "GRPO normalises rewards within a group of samples of the same prompt, so it needs at least 2; "
+              "set rollout.n_samples=4 (or use algo=ppo)")
+        total = self.samples_per_step
+        mb = self.ppo.minibatch_size
+        check(mb <= total, "ppo.minibatch_size", mb,
+              f"larger than the {total} samples of a step (rollout.batch_size * rollout.n_samples); "
+              f"use a divisor of {total}")
+        check(total % mb == 0, "ppo.minibatch_size", mb,
+              f"must divide the {total} samples of a step (rollout.batch_size * rollout.n_samples); "
+              f"divisors: {_divisors(total)}")
+        lo, hi = self.ppo.clip_eps_min, self.ppo.clip_eps_max
+        check(lo <= hi, "ppo.clip_eps_min", lo, f"must not exceed ppo.clip_eps_max={hi}")
+        check(not self.ppo.adaptive_clip or lo <= self.ppo.clip_eps <= hi, "ppo.clip_eps", self.ppo.clip_eps,
+              f"with ppo.adaptive_clip the base epsilon must lie in [ppo.clip_eps_min, ppo.clip_eps_max] = "
+              f"[{lo}, {hi}]")
+        check(":" in self.reward.fn, "reward.fn", self.reward.fn,
+              'must look like "package.module:function", e.g. "rlcockpit.world.rewards:score"')
+        for key, w in self.reward.weights.items():
+            check(w == w and abs(w) != float("inf"), f"reward.weights.{key}", w, "must be a finite number")
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.rollout.batch_size * self.rollout.n_samples
+
+
+def _divisors(n: int) -> str:
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    return ", ".join(map(str, divs[:12])) + (", ..." if len(divs) > 12 else "")
