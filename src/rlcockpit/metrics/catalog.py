@@ -1,0 +1,377 @@
+"""The metric catalog: every canonical metric name, its unit, meaning and healthy trend.
+
+This is the only place metric names are defined (DESIGN.md §4). Names are slash-separated,
+lowercase, stat suffix last; templated names write their variable part in angle brackets
+(``reward/category/<category>/mean``) and :func:`spec_for` matches concrete names against them.
+``python -m rlcockpit.metrics.catalog`` prints the Markdown reference; ``docs/metrics.md`` is that
+output and a test fails when the two differ. Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+
+TRENDS = ("up", "down", "flat", "band", "none")
+
+TREND_MEANING = {
+    "up": "higher is healthier; a sustained fall is the warning",
+    "down": "lower is healthier; a rise or spike is the warning",
+    "flat": "healthy when steady; jumps or drifts are the warning",
+    "band": "healthy inside a range; both too low and too high are warnings",
+    "none": "a setting or context value; no healthy direction (charted so changes are visible)",
+}
+
+GROUPS = (
+    "reward", "kl", "policy", "value", "advantage", "response", "rollout", "gradients",
+    "optimiser", "system", "evaluation", "distributed",
+)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One catalog entry. ``trend`` is the healthy direction (see :data:`TREND_MEANING`)."""
+
+    name: str
+    unit: str
+    help: str
+    trend: str
+    group: str
+
+    def __post_init__(self) -> None:
+        if self.trend not in TRENDS:
+            raise ValueError(f"{self.name}: trend {self.trend!r} is not one of {TRENDS}")
+        if self.group not in GROUPS:
+            raise ValueError(f"{self.name}: group {self.group!r} is not one of {GROUPS}")
+        if self.name != self.name.lower() or self.name.startswith("/") or "//" in self.name:
+            raise ValueError(f"metric name {self.name!r} must be lowercase and slash-separated")
+
+    @property
+    def is_template(self) -> bool:
+        return "<" in self.name
+
+
+def _specs(group: str, rows: list[tuple[str, str, str, str]]) -> list[MetricSpec]:
+    return [MetricSpec(name, unit, help_text, trend, group) for name, unit, trend, help_text in rows]
+
+
+_REWARD = _specs("reward", [
+    ("reward/mean", "reward", "up",
+     "Mean final reward of this step's rollout samples (after gating, fallback, fusion and "
+     "reward/scale; before running normalisation). Healthy: rises, then plateaus; a fast rise "
+     "together with rising kl/mean and falling policy/entropy suggests reward hacking."),
+    ("reward/std", "reward", "band",
+     "Standard deviation of the final reward across the step's samples. Healthy: clearly above 0 "
+     "(the batch still separates good from bad) and without spikes; seed 000 §4.1 saw a reward "
+     "collapse as std jumping from < 0.05 to 0.18."),
+    ("reward/min", "reward", "none",
+     "Smallest final reward in the step. Context for reward/mean; a sudden drop points to a "
+     "broken sample or reward component."),
+    ("reward/max", "reward", "none",
+     "Largest final reward in the step. A max far above the rest often marks the first "
+     "reward-hacking samples; open them in the sample explorer."),
+    ("reward/raw/mean", "reward", "up",
+     "Mean reward-model score before gating, fallback, fusion and scaling. Healthy: follows "
+     "reward/mean; a gap that opens means gating or fallback is doing the work."),
+    ("reward/<component>/mean", "reward", "up",
+     "Mean sub-score of one reward component (e.g. helpfulness, truthfulness, harmlessness, or "
+     "a rule reward) over the step's samples. Healthy: components rise together; one component "
+     "moving alone exposes a biased head (seed 000 §4.1)."),
+    ("reward/category/<category>/mean", "reward", "up",
+     "Mean final reward of the step's samples whose prompt is in <category> (math, knowledge, "
+     "safety, chat, ...). Healthy: every category improves; one category falling while the "
+     "total rises is a trade-off to look at."),
+    ("reward/uncertainty/mean", "score std", "down",
+     "Mean reward-model uncertainty: the std of repeated MC-dropout scores of each sample "
+     "(seed 000 §3.1), averaged over samples. Healthy: low and steady, below the gate (0.15)."),
+    ("reward/gated_frac", "fraction", "down",
+     "Share of samples whose reward-model score was down-weighted because its uncertainty "
+     "exceeded the gate (seed 000 §3.1). Healthy: small (< 0.1); seed 000 saw 0.3 before fixes."),
+    ("reward/fallback_frac", "fraction", "down",
+     "Share of samples scored by the rule fallback instead of the reward model (high "
+     "uncertainty or a rule fired). Healthy: small and steady; a rise means the reward model "
+     "is losing confidence on the current outputs."),
+    ("reward/frac_zero_std_groups", "fraction", "down",
+     "GRPO: share of prompt groups whose samples all got the same reward, so their "
+     "group-normalised advantages are 0 and they teach nothing. Healthy: well below 0.5; near "
+     "1 means prompts are too easy or too hard for the policy."),
+    ("reward/nonfinite_total", "samples", "flat",
+     "Running count of samples dropped because their reward was NaN or inf. Healthy: stays 0; "
+     "any increase points to a broken reward function or reward model."),
+    ("reward/scale", "multiplier", "none",
+     "Live parameter: the factor applied to rewards before advantages (seed 000 §4.3: raising it "
+     "to 2.0 without re-tuning clipping caused a KL blow-up). Logged each step."),
+    ("reward/normalized/mean", "std units", "flat",
+     "Mean reward after running normalisation (r - mu) / (sigma + 1e-8) with the running mean "
+     "and std of all rewards so far (seed 000 §4.2). Healthy: near 0; a steady climb means "
+     "rewards improve faster than the running statistics follow."),
+])
+
+_KL = _specs("kl", [
+    ("kl/mean", "nats", "band",
+     "Sum over response tokens of the token KL vs the reference model, averaged over samples "
+     "(k1 estimator log pi - log pi_ref unless configured). Healthy: near kl/target, e.g. "
+     "0.5-3 for chat (seed 002 §1.1); a sustained climb is drift or reward hacking."),
+    ("kl/token_mean", "nats", "band",
+     "Mean token KL vs the reference over all valid response tokens of the step. Healthy: small "
+     "and steady; compare with kl/mean to tell longer answers from per-token drift."),
+    ("kl/token_max", "nats", "down",
+     "Largest single-token KL vs the reference in the step. A spike here with a calm kl/mean is "
+     "a token-level KL spike (orange tier): the batch is saved for review."),
+    ("kl/token_p99", "nats", "down",
+     "99th percentile of the token KL vs the reference over valid response tokens. Healthy: "
+     "steady; a rising tail precedes a rising kl/mean."),
+    ("kl/coef", "beta", "none",
+     "KL penalty coefficient beta in r_t = -beta * KL_t (+ sequence reward on the last token). "
+     "Live parameter; moved by the adaptive controller (Ziegler et al. 2019) toward kl/target."),
+    ("kl/target", "nats", "none",
+     "Target sequence KL of the adaptive KL controller; the warning line on the KL chart. "
+     "Live parameter (empty with a fixed controller)."),
+    ("kl/cycle_delta", "nats", "flat",
+     "KL growth over one PPO cycle: kl/mean at this step minus kl/mean at the previous step. "
+     "Healthy: around 0; a run of positive values is a steady drift from the reference."),
+])
+
+_POLICY = _specs("policy", [
+    ("policy/entropy", "nats", "band",
+     "Masked mean over response tokens of the actor's token entropy, computed from the logits "
+     "(logsumexp form) during the update. Healthy: slow decline; a cliff (> 0.5 in 100 steps) is "
+     "entropy collapse, a rise is the policy turning random."),
+    ("policy/approx_kl", "nats", "band",
+     "KL(old || new) between the rollout policy and the updated policy, k3 estimator "
+     "(ratio - 1) - log ratio averaged over valid tokens. Healthy: about 0.001-0.02 per update; "
+     "higher means the step is too large (lower the learning rate or epochs)."),
+    ("policy/clip_frac", "fraction", "band",
+     "Share of valid tokens whose ratio pi_new / pi_old left [1 - eps, 1 + eps]. Healthy: about "
+     "0.05-0.2; near 0 the clip never acts, above 0.3 updates are too aggressive."),
+    ("policy/ratio_mean", "ratio", "flat",
+     "Mean importance ratio pi_new / pi_old over valid tokens. Healthy: close to 1.0 "
+     "(seed 003 §4.2: 0.8-1.2 with clipping)."),
+    ("policy/ratio_max", "ratio", "down",
+     "Largest importance ratio over valid tokens. Healthy: a small multiple of 1; seed 003 saw "
+     "ratios above 5 just before the loss went NaN."),
+    ("policy/loss", "loss", "flat",
+     "Clipped surrogate loss: masked mean of max(-A * r, -A * clip(r, 1 - eps, 1 + eps)). Its "
+     "level says little; healthy means no spikes and no NaN."),
+    ("policy/clip_eps", "epsilon", "none",
+     "Clip epsilon in use (live parameter; adaptive from the entropy slope, seed 000 §3.2: "
+     "eps = base * (1 + 2 tanh(10 * slope)), clamped)."),
+    ("policy/entropy_coef", "coefficient", "none",
+     "Live parameter: weight of the entropy bonus in the actor loss (seed 003 §4.3: ~0.01; too "
+     "large makes outputs random)."),
+    ("ppo/epochs", "epochs", "none",
+     "Live parameter: passes over each rollout batch in UPDATE (seed 003 §5.4: 2-4; more drifts "
+     "the policy from the sampling distribution)."),
+])
+
+_VALUE = _specs("value", [
+    ("value/loss", "loss", "down",
+     "Clipped value loss 0.5 * mean max((v - R)^2, (v_old + clip(v - v_old, -c, c) - R)^2) over "
+     "valid tokens. Healthy: falls then settles; very low with flat reward means the critic "
+     "overfits (seed 000 §4.2)."),
+    ("value/mean", "return", "none",
+     "Mean critic value over valid response tokens at rollout time. Should track returns/mean."),
+    ("value/std", "return", "none",
+     "Std of critic values over valid response tokens. Near 0 means the critic predicts a "
+     "constant."),
+    ("value/explained_var", "fraction", "up",
+     "1 - Var[R - V] / Var[R] over valid tokens: how much of the return variance the critic "
+     "explains. Healthy: rising toward 1; below 0 the critic is worse than a constant."),
+    ("value/clip_frac", "fraction", "down",
+     "Share of valid tokens where |v - v_old| exceeded the value clip range. Healthy: small."),
+    ("value/clip_range", "return", "none",
+     "Live parameter: value clip range c of the clipped value loss (empty when disabled)."),
+])
+
+_ADVANTAGE = _specs("advantage", [
+    ("advantage/mean", "advantage", "flat",
+     "Mean advantage over valid tokens (GAE for PPO, group-normalised for GRPO), after "
+     "whitening. Healthy: near 0; mostly negative values mean the critic sits too high."),
+    ("advantage/std", "advantage", "band",
+     "Std of the advantages over valid tokens before whitening. Healthy: steady; near 0 the "
+     "policy gets no signal, spikes come from reward outliers."),
+    ("advantage/abs_median", "advantage", "band",
+     "Median of |advantage| over valid tokens before whitening. Seed 000 §4.2: a fall from 0.31 "
+     "to 0.08 was the critic-overfit signal; healthy stays steady."),
+    ("advantage/whitened_std", "advantage", "flat",
+     "Std of the advantages after whitening. Healthy: 1 (0 when every advantage is equal)."),
+    ("returns/mean", "return", "up",
+     "Mean GAE return (advantage + value) over valid tokens: the critic's target. Follows the "
+     "reward."),
+])
+
+_RESPONSE = _specs("response", [
+    ("response/length_mean", "tokens", "band",
+     "Mean number of generated response tokens per sample. Healthy: steady or slowly changing; "
+     "sudden growth (> mean + 3 std) is an early collapse signal (seed 002 §1.3)."),
+    ("response/length_std", "tokens", "band",
+     "Std of response lengths in the step. A collapse to 0 means every answer has the same "
+     "shape."),
+    ("response/length_max", "tokens", "none",
+     "Longest response in the step; equal to rollout/max_new_tokens when something ran on."),
+    ("response/truncated_frac", "fraction", "down",
+     "Share of responses cut at max_new_tokens without an end-of-sequence token. Healthy: small; "
+     "a rise means run-on or looping outputs."),
+    ("response/eos_frac", "fraction", "up",
+     "Share of responses that ended with an end-of-sequence token. Healthy: near 1."),
+    ("response/repetition_rate", "fraction", "down",
+     "Mean over responses of the share of token 3-grams that repeat an earlier 3-gram of the same "
+     "response. Healthy: low and steady; a rise is degenerate, looping text."),
+    ("response/ppl", "perplexity", "band",
+     "exp(-mean token logprob) of the responses under the rollout policy. A sudden drop is more "
+     "dangerous than a rise: the model repeats one confident pattern (seed 002 §1.2)."),
+])
+
+_ROLLOUT = _specs("rollout", [
+    ("rollout/temperature", "temperature", "none",
+     "Live parameter: sampling temperature of ROLLOUT (seed 003 §5.3 uses 0.7)."),
+    ("rollout/top_p", "probability", "none",
+     "Live parameter: nucleus sampling threshold of ROLLOUT (1.0 = off)."),
+    ("rollout/max_new_tokens", "tokens", "none",
+     "Live parameter: response length limit of ROLLOUT; see response/truncated_frac."),
+])
+
+_GRADIENTS = _specs("gradients", [
+    ("grad/norm/actor", "L2 norm", "flat",
+     "Global L2 norm of the actor gradient before clipping, per optimiser step (averaged over "
+     "the step's minibatches). Healthy: steady; spikes precede KL blow-ups."),
+    ("grad/norm/critic", "L2 norm", "flat",
+     "Global L2 norm of the critic gradient before clipping. Healthy: steady."),
+    ("grad/norm/layer/<name>", "L2 norm", "flat",
+     "L2 norm of the gradient of one layer group <name> (embedding, block i, head). Seed 000 "
+     "§4.3: an embedding gradient norm of 12.7 (normal < 2.0) located a KL blow-up."),
+    ("grad/clip/actor", "L2 norm", "none",
+     "Live parameter: max gradient norm of the actor (clip_grad_norm_), default 1.0."),
+    ("grad/clip/embedding", "L2 norm", "none",
+     "Live parameter: separate max gradient norm for the embedding layer (seed 000 §4.3: 3.0 "
+     "for embeddings, 1.0 for the rest)."),
+    ("grad/clip/critic", "L2 norm", "none",
+     "Live parameter: max gradient norm of the critic."),
+    ("update/ratio/actor", "ratio", "band",
+     "||delta theta|| / ||theta|| of the actor parameters over the step's updates. Healthy: "
+     "around 1e-4 to 1e-2; larger means the learning rate is too high."),
+    ("update/ratio/critic", "ratio", "band",
+     "||delta theta|| / ||theta|| of the critic parameters over the step's updates."),
+])
+
+_OPTIMISER = _specs("optimiser", [
+    ("optim/lr/actor", "learning rate", "none",
+     "Actor learning rate at this step (schedule times any live scale)."),
+    ("optim/lr/critic", "learning rate", "none",
+     "Critic learning rate at this step (seed 000 §5: about 1/3 of the policy's when the critic "
+     "overfits)."),
+])
+
+_SYSTEM = _specs("system", [
+    ("time/<phase>_s", "seconds", "down",
+     "Wall time of one trainer phase (rollout, score, advantage, update, eval, diagnose, "
+     "hotfix) in this step. Healthy: steady; a jump in rollout time is often memory pressure."),
+    ("perf/tokens_per_s", "tokens/s", "up",
+     "Generated plus trained tokens per second of wall time over the whole step."),
+    ("perf/samples_per_s", "samples/s", "up",
+     "Rollout samples per second of wall time over the whole step."),
+    ("sys/rss_gb", "GB", "flat",
+     "Resident memory of the trainer process. Healthy: flat; steady growth is a leak."),
+    ("sys/gpu_mem_gb", "GB", "flat",
+     "GPU memory allocated by torch (0 on CPU). Healthy: flat below the device size."),
+    ("sys/gpu_util", "fraction", "up",
+     "GPU utilisation averaged over the step (0 on CPU)."),
+    ("cost/usd_per_step", "USD", "down",
+     "Estimated cost of the step: wall time times the configured hourly price."),
+    ("telemetry/dropped_total", "records", "flat",
+     "Running count of telemetry records dropped (full queue or store error). Telemetry never "
+     "blocks training, so it counts what it lost. Healthy: stays 0."),
+])
+
+_EVALUATION = _specs("evaluation", [
+    ("eval/reward/mean", "reward", "up",
+     "Mean reward on the fixed validation prompts with a fixed sampling seed. Healthy: rises "
+     "with reward/mean; a gap that opens is overfitting to the training prompts."),
+    ("eval/reward/category/<category>/mean", "reward", "up",
+     "Mean validation reward of the prompts in <category>."),
+    ("eval/accuracy/<category>", "fraction", "up",
+     "Share of validation prompts in <category> answered correctly by its rule check (e.g. the "
+     "exact math answer)."),
+])
+
+_DISTRIBUTED = _specs("distributed", [
+    ("dist/grad_norm/rank/<r>", "L2 norm", "flat",
+     "Actor gradient norm on data-parallel rank <r> before all-reduce. Healthy: ranks agree; one "
+     "outlier rank has bad data or hardware."),
+    ("dist/param_hash_mismatch", "ranks", "flat",
+     "Number of ranks whose parameter hash differs from rank 0 after the step. Healthy: 0."),
+])
+
+CATALOG: dict[str, MetricSpec] = {
+    spec.name: spec
+    for spec in (*_REWARD, *_KL, *_POLICY, *_VALUE, *_ADVANTAGE, *_RESPONSE, *_ROLLOUT,
+                 *_GRADIENTS, *_OPTIMISER, *_SYSTEM, *_EVALUATION, *_DISTRIBUTED)
+}
+
+# What a template's <variable> may stand for: rank ids are integers, layer names may contain
+# dots and slashes, everything else is one path segment.
+_PLACEHOLDER = {"r": r"\d+", "name": r".+"}
+
+
+def _template_regex(name: str) -> re.Pattern[str]:
+    parts = re.split(r"<([a-z_]+)>", name)
+    pattern = "".join(
+        re.escape(part) if i % 2 == 0 else f"(?:{_PLACEHOLDER.get(part, r'[^/]+')})"
+        for i, part in enumerate(parts)
+    )
+    return re.compile(pattern)
+
+
+_TEMPLATES = [(_template_regex(s.name), s) for s in CATALOG.values() if s.is_template]
+
+
+def spec_for(name: str) -> MetricSpec | None:
+    """The spec of a concrete (or templated) name; ``None`` for a name the catalog lacks."""
+    spec = CATALOG.get(name)
+    if spec is not None:
+        return spec
+    for regex, template in _TEMPLATES:
+        if regex.fullmatch(name):
+            return template
+    return None
+
+
+def is_catalog_name(name: str) -> bool:
+    return spec_for(name) is not None
+
+
+def _escape_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def catalog_markdown() -> str:
+    """The Markdown reference of every metric, grouped; ``docs/metrics.md`` is this text."""
+    lines = [
+        "# Metric catalog",
+        "",
+        "Generated by `python -m rlcockpit.metrics.catalog` from `src/rlcockpit/metrics/catalog.py`;",
+        "do not edit by hand. One integer step axis (the PPO iteration). Names in angle brackets",
+        "are templates: `<category>` is a prompt category, `<component>` a reward component,",
+        "`<phase>` a trainer phase, `<name>` a layer group, `<r>` a data-parallel rank.",
+        "",
+        "Healthy trend:",
+        "",
+        *[f"- `{trend}`: {meaning}" for trend, meaning in TREND_MEANING.items()],
+    ]
+    for group in GROUPS:
+        lines += ["", f"## {group}", "", "| name | unit | healthy | meaning |",
+                  "| --- | --- | --- | --- |"]
+        lines += [
+            f"| `{s.name}` | {s.unit} | {s.trend} | {_escape_cell(s.help)} |"
+            for s in CATALOG.values() if s.group == group
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    sys.stdout.write(catalog_markdown())
+
+
+if __name__ == "__main__":
+    main()
