@@ -33,3 +33,29 @@ test: $(STAMP) lint
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# Trainer benchmarks (benchmarks/README.md). TRL lives ONLY in its own venvs, never in the project's
+# extras: .benchvenv-trl has the latest TRL (GRPOTrainer), .benchvenv-trl-ppo has TRL 1.12, the last
+# release that ships trl.experimental.ppo.PPOTrainer. torch is pinned first, as for the project venv.
+TRL_VENV     ?= .benchvenv-trl
+TRL_PPO_VENV ?= .benchvenv-trl-ppo
+.PHONY: bench-trainer bench-learning
+
+$(TRL_VENV)/.installed: benchmarks/requirements-trl.txt pyproject.toml
+	$(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/pip install --quiet torch==2.13.0
+	$(TRL_VENV)/bin/pip install --quiet -e ".[train]" -r benchmarks/requirements-trl.txt
+	touch $@
+
+$(TRL_PPO_VENV)/.installed: benchmarks/requirements-trl-ppo.txt pyproject.toml
+	$(PYTHON) -m venv $(TRL_PPO_VENV)
+	$(TRL_PPO_VENV)/bin/pip install --quiet torch==2.13.0
+	$(TRL_PPO_VENV)/bin/pip install --quiet -e ".[train]" -r benchmarks/requirements-trl-ppo.txt
+	touch $@
+
+bench-trainer: $(STAMP) $(TRL_VENV)/.installed $(TRL_PPO_VENV)/.installed
+	$(PY) benchmarks/trainer_speed.py --trl-python $(TRL_VENV)/bin/python \
+		--trl-ppo-python $(TRL_PPO_VENV)/bin/python
+
+bench-learning: $(STAMP)
+	$(PY) benchmarks/learning.py
