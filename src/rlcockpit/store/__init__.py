@@ -1,1 +1,56 @@
-"""Stores chosen by URI: ``sqlite:///path/to.db`` (default). See :func:`open_store`."""
+"""Stores chosen by URI: ``sqlite:///path/to.db`` (default). See :func:`open_store`.
+
+    from rlcockpit.store import open_store
+    store = open_store("sqlite:///runs.db")
+    writer = store.writer()   # one connection, one thread
+    reader = store.reader()   # its own connections; safe while another process writes
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rlcockpit.store.base import (
+    RunSummary,
+    SampleHistogram,
+    SamplePage,
+    SampleQuery,
+    Series,
+    StoreReader,
+    StoreWriter,
+)
+from rlcockpit.store.uri import AVAILABLE_SCHEMES, VALID_SCHEMES, parse_store_uri
+
+if TYPE_CHECKING:
+    from rlcockpit.store.sqlite import SqliteStore
+
+
+def open_store(uri: str | Path, *, create: bool = True) -> SqliteStore:
+    """Open (and create or upgrade) the store at ``uri``; fail fast with a fix when it cannot.
+
+    Accepted: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, or a bare file
+    path. Options in the query string: ``busy_timeout_s``, ``stale_after_s``. With
+    ``create=False`` a missing file is an error instead of a new empty store (for read-only
+    tools such as ``rlcockpit runs``). Raises :class:`~rlcockpit.errors.StoreError` for an unknown
+    scheme (listing the valid ones), a directory, a missing or unwritable directory, a file that
+    is not an rlcockpit store, or a store written by a newer rlcockpit.
+    """
+    parsed = parse_store_uri(uri)
+    from rlcockpit.store.sqlite import SqliteStore
+
+    return SqliteStore(parsed, create=create)
+
+
+__all__ = [
+    "AVAILABLE_SCHEMES",
+    "VALID_SCHEMES",
+    "RunSummary",
+    "SampleHistogram",
+    "SamplePage",
+    "SampleQuery",
+    "Series",
+    "StoreReader",
+    "StoreWriter",
+    "open_store",
+]

@@ -3,7 +3,7 @@ other layer sees only these protocols and the records of :mod:`rlcockpit.records
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -46,6 +46,7 @@ class SampleQuery:
     order: str = "step_asc"  # step_asc | step_desc | reward_asc | reward_desc
     limit: int = 50
     offset: int = 0
+    include_token_arrays: bool = True  # False: page items come without per-token arrays (faster)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,27 @@ class RunSummary:
     dropped_total: int = 0
 
 
+@dataclass(frozen=True)
+class SampleHistogram:
+    """Histogram of one numeric sample field over a step range (``len(edges) == len(counts)+1``).
+
+    ``total`` counts the samples in range, ``finite`` those counted in a bin; the difference are
+    samples whose value is missing, NaN or infinite.
+    """
+
+    field: str
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    total: int
+    finite: int
+    step_min: int | None = None
+    step_max: int | None = None
+
+
+SAMPLE_HISTOGRAM_FIELDS = ("reward", "length", "advantage", "value", "kl_sum", "kl_max",
+                           "uncertainty")
+
+
 @runtime_checkable
 class StoreWriter(Protocol):
     """Used by exactly one thread (the telemetry writer thread)."""
@@ -80,6 +102,10 @@ class StoreWriter(Protocol):
     def set_run_status(self, run_id: str, status: str, *, ended_at: float | None = None) -> None: ...
 
     def heartbeat(self, run_id: str, wall_time: float, last_step: int | None) -> None: ...
+
+    def strip_token_arrays(self, run_id: str, keep: Mapping[int, Collection[int]]) -> None:
+        """For each step in ``keep``, drop the per-token arrays of the step's samples whose id is
+        not in ``keep[step]`` (the token-array payload policy of the telemetry)."""
 
     def close(self) -> None: ...
 
@@ -95,6 +121,8 @@ class StoreReader(Protocol):
 
     def metric_names(self, run_id: str) -> list[str]: ...
 
+    def histogram_names(self, run_id: str) -> list[str]: ...
+
     def read_series(
         self,
         run_id: str,
@@ -109,23 +137,36 @@ class StoreReader(Protocol):
         """Most recent (step, value) per metric name."""
 
     def read_histograms(
-        self, run_id: str, name: str, *, step_min: int | None = None, step_max: int | None = None
-    ) -> list[HistogramRecord]: ...
+        self, run_id: str, name: str, *, step_min: int | None = None, step_max: int | None = None,
+        max_points: int | None = None,
+    ) -> list[HistogramRecord]:
+        """Ascending steps; ``max_points`` keeps that many evenly spaced steps (first and last
+        included)."""
 
-    def query_samples(self, run_id: str, query: SampleQuery) -> SamplePage: ...
+    def query_samples(self, run_id: str, query: SampleQuery) -> SamplePage:
+        """Filtered page; ties in the order are broken by (step, sample_id)."""
+
+    def sample_histogram(
+        self, run_id: str, field: str = "reward", bins: int = 50, *,
+        step_min: int | None = None, step_max: int | None = None,
+    ) -> SampleHistogram:
+        """Histogram of a numeric sample field (one of SAMPLE_HISTOGRAM_FIELDS), computed by the
+        store."""
 
     def get_sample(self, run_id: str, step: int, sample_id: int) -> SampleRecord: ...
 
     def read_events(
         self, run_id: str, *, kinds: Sequence[str] | None = None, step_min: int | None = None,
         step_max: int | None = None, limit: int | None = None,
-    ) -> list[EventRecord]: ...
+    ) -> list[EventRecord]:
+        """Ascending (step, insertion order); ``limit`` keeps the most recent ``limit``."""
 
     def read_findings(
         self, run_id: str, *, step_min: int | None = None, severities: Sequence[str] | None = None
     ) -> list[FindingRecord]: ...
 
-    def read_phases(self, run_id: str, *, limit: int | None = None) -> list[PhaseRecord]: ...
+    def read_phases(self, run_id: str, *, limit: int | None = None) -> list[PhaseRecord]:
+        """Ascending; ``limit`` keeps the most recent ``limit``."""
 
     def read_checkpoints(self, run_id: str) -> list[CheckpointRecord]: ...
 

@@ -1,0 +1,182 @@
+"""The SQLite schema as an ordered list of forward migrations (DESIGN.md §5).
+
+``MIGRATIONS[i]`` upgrades a file from schema version ``i`` to ``i + 1``. Opening an older file
+runs the missing migrations in one write transaction each; a file written by newer code (a version
+above ``SCHEMA_VERSION``) is refused. Adding tables later (tickets, audit) is one more function
+appended to the list — never edit a migration that has shipped.
+
+Layout choices (see docs/store.md):
+- runs get an integer ``run_key``; every data row carries it (a run id on every row, 8 bytes).
+- metric and histogram names are interned in ``names``; ``run_names`` lists which names a run has.
+- ``metrics`` and ``histograms`` are WITHOUT ROWID tables clustered by (run, name, step), so one
+  curve is one contiguous range scan. NULL in ``metrics.value`` means NaN (SQLite turns NaN into
+  NULL; the writer never stores a missing value, so the mapping is exact).
+- samples are split: ``samples`` holds the narrow, filterable columns (clustered by run, step,
+  sample id, plus indices); ``sample_payloads`` holds prompt, response, components and the
+  per-token blobs, read only for the page being shown.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+
+Migration = Callable[[sqlite3.Connection], None]
+
+
+def _v1_core(conn: sqlite3.Connection) -> None:
+    """Core tables: runs, names, steps, metrics, histograms, samples, events, findings,
+    snapshots, phases, checkpoints."""
+    _run_script(conn, """
+    CREATE TABLE runs (
+        run_key INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        config TEXT NOT NULL DEFAULT '{}',
+        last_step INTEGER,
+        heartbeat_at REAL
+    );
+    CREATE TABLE names (name_id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+    CREATE TABLE run_names (
+        run_key INTEGER NOT NULL, kind TEXT NOT NULL, name_id INTEGER NOT NULL,
+        PRIMARY KEY (run_key, kind, name_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE steps (
+        run_key INTEGER NOT NULL, step INTEGER NOT NULL, wall_time REAL NOT NULL,
+        PRIMARY KEY (run_key, step)
+    ) WITHOUT ROWID;
+    CREATE TABLE metrics (
+        run_key INTEGER NOT NULL, name_id INTEGER NOT NULL, step INTEGER NOT NULL,
+        value REAL, wall_time REAL NOT NULL,
+        PRIMARY KEY (run_key, name_id, step)
+    ) WITHOUT ROWID;
+    CREATE TABLE histograms (
+        run_key INTEGER NOT NULL, name_id INTEGER NOT NULL, step INTEGER NOT NULL,
+        wall_time REAL NOT NULL, edges BLOB NOT NULL, counts BLOB NOT NULL,
+        PRIMARY KEY (run_key, name_id, step)
+    ) WITHOUT ROWID;
+    CREATE TABLE samples (
+        run_key INTEGER NOT NULL, step INTEGER NOT NULL, sample_id INTEGER NOT NULL,
+        category TEXT NOT NULL, reward REAL, prompt_id TEXT NOT NULL, group_id INTEGER NOT NULL,
+        has_token_arrays INTEGER NOT NULL, flags TEXT NOT NULL, length INTEGER NOT NULL,
+        truncated INTEGER NOT NULL, uncertainty REAL, advantage REAL, value REAL,
+        kl_sum REAL, kl_max REAL, nan_fields TEXT, wall_time REAL NOT NULL,
+        PRIMARY KEY (run_key, step, sample_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE sample_payloads (
+        run_key INTEGER NOT NULL, step INTEGER NOT NULL, sample_id INTEGER NOT NULL,
+        prompt TEXT NOT NULL, response TEXT NOT NULL, components TEXT NOT NULL,
+        tokens BLOB, logprobs BLOB, ref_logprobs BLOB, token_kl BLOB,
+        PRIMARY KEY (run_key, step, sample_id)
+    );
+    CREATE TABLE sample_flags (
+        run_key INTEGER NOT NULL, flag TEXT NOT NULL, step INTEGER NOT NULL,
+        sample_id INTEGER NOT NULL,
+        PRIMARY KEY (run_key, flag, step, sample_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE events (
+        event_id INTEGER PRIMARY KEY, run_key INTEGER NOT NULL, step INTEGER NOT NULL,
+        kind TEXT NOT NULL, payload TEXT NOT NULL, wall_time REAL NOT NULL
+    );
+    CREATE TABLE findings (
+        finding_id INTEGER PRIMARY KEY, run_key INTEGER NOT NULL, step INTEGER NOT NULL,
+        detector TEXT NOT NULL, severity TEXT NOT NULL, message TEXT NOT NULL,
+        evidence TEXT NOT NULL, patterns TEXT NOT NULL, status TEXT NOT NULL,
+        wall_time REAL NOT NULL
+    );
+    CREATE TABLE snapshots (
+        snapshot_id INTEGER PRIMARY KEY, run_key INTEGER NOT NULL, step INTEGER NOT NULL,
+        finding_id INTEGER, kind TEXT NOT NULL, payload TEXT NOT NULL, data BLOB,
+        wall_time REAL NOT NULL
+    );
+    CREATE TABLE phases (
+        phase_id INTEGER PRIMARY KEY, run_key INTEGER NOT NULL, step INTEGER NOT NULL,
+        phase TEXT NOT NULL, status TEXT NOT NULL, duration_s REAL, progress REAL,
+        wall_time REAL NOT NULL
+    );
+    CREATE TABLE checkpoints (
+        checkpoint_id INTEGER PRIMARY KEY, run_key INTEGER NOT NULL, step INTEGER NOT NULL,
+        path TEXT NOT NULL, reason TEXT NOT NULL, wall_time REAL NOT NULL
+    );
+    """)
+
+
+def _v2_query_indices(conn: sqlite3.Connection) -> None:
+    """Indices for the reader's queries: the sample explorer filters (category + reward range,
+    reward order, prompt id), per-run event / finding / phase / checkpoint lists, snapshots by
+    finding. Secondary indices of a WITHOUT ROWID table carry its primary key (run, step, sample
+    id), so step filters and stable tie-breaking are answered inside the index."""
+    _run_script(conn, """
+    CREATE INDEX samples_by_category_reward ON samples (run_key, category, reward);
+    CREATE INDEX samples_by_reward ON samples (run_key, reward);
+    CREATE INDEX samples_by_prompt ON samples (run_key, prompt_id);
+    CREATE INDEX events_by_run_step ON events (run_key, step);
+    CREATE INDEX events_by_run_kind ON events (run_key, kind, step);
+    CREATE INDEX findings_by_run_step ON findings (run_key, step);
+    CREATE INDEX snapshots_by_run_step ON snapshots (run_key, step);
+    CREATE INDEX phases_by_run_step ON phases (run_key, step);
+    CREATE INDEX checkpoints_by_run_step ON checkpoints (run_key, step);
+    CREATE INDEX runs_by_started ON runs (started_at);
+    """)
+
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    # executescript() would COMMIT the migration's transaction first; run statement by statement.
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+MIGRATIONS: tuple[Migration, ...] = (_v1_core, _v2_query_indices)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    """Schema version of an open database: 0 for an empty file."""
+    has_table = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_version'").fetchone()
+    if not has_table:
+        return 0
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def user_tables(conn: sqlite3.Connection) -> list[str]:
+    rows = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'").fetchall()
+    return [r[0] for r in rows]
+
+
+def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    """Apply the missing migrations up to ``target``, each in its own write transaction.
+
+    The version is re-read inside the transaction, so two processes opening a fresh file at once
+    do not both migrate. Returns the version reached. The caller checks for "newer than code".
+    """
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = _ensure_version_table(conn)
+            if version >= target:
+                conn.execute("COMMIT")
+                return version
+            MIGRATIONS[version](conn)
+            conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+                         (version + 1, time.time()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+
+def _ensure_version_table(conn: sqlite3.Connection) -> int:
+    version = current_version(conn)
+    if version == 0:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version "
+                     "(version INTEGER NOT NULL, applied_at REAL NOT NULL)")
+    return version

@@ -1,0 +1,133 @@
+"""The embedded SQLite store: one file, WAL, one writer connection, readers on their own
+connections (in this or other processes). See docs/store.md.
+
+Concurrency model (Datasette's "one writer thread"): a :class:`SqliteWriter` is one connection
+used by one thread; it writes each batch in one ``BEGIN IMMEDIATE`` transaction. Readers never
+block the writer and the writer never blocks readers (WAL); two writers (two training processes
+into one file) take turns, waiting up to ``busy_timeout_s`` for the lock.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from rlcockpit.errors import StoreError
+from rlcockpit.store.schema import SCHEMA_VERSION, current_version, migrate, user_tables
+from rlcockpit.store.uri import StoreURI
+
+DEFAULT_BUSY_TIMEOUT_S = 5.0
+DEFAULT_STALE_AFTER_S = 120.0
+
+
+def connect(path: Path, *, busy_timeout_s: float, read_only: bool = False) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, synchronous=NORMAL.
+
+    synchronous=NORMAL in WAL mode keeps every committed transaction across a process crash
+    (SIGKILL); only a power loss can drop the last transactions. ``check_same_thread`` is off
+    because the telemetry creates its writer on the caller's thread and hands it to its writer
+    thread; each connection is still used by one thread at a time.
+    """
+    conn = sqlite3.connect(str(path), timeout=busy_timeout_s, isolation_level=None,
+                           check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA cache_size = -32768")  # 32 MiB page cache per connection
+    conn.execute("PRAGMA temp_store = MEMORY")
+    if read_only:
+        conn.execute("PRAGMA query_only = 1")
+        conn.execute("PRAGMA mmap_size = 268435456")
+    return conn
+
+
+class SqliteStore:
+    """An opened, validated and migrated SQLite store file. Cheap to hold; connections are made
+    by :meth:`writer` and :meth:`reader`."""
+
+    def __init__(self, uri: StoreURI, *, create: bool = True) -> None:
+        self.uri = uri.text
+        self.path = uri.path
+        self.busy_timeout_s = float(uri.options.get("busy_timeout_s", DEFAULT_BUSY_TIMEOUT_S))
+        self.stale_after_s = float(uri.options.get("stale_after_s", DEFAULT_STALE_AFTER_S))
+        _check_path(self.path, create=create)
+        self.schema_version = self._open_and_migrate()
+
+    def writer(self):
+        from rlcockpit.store.sqlite_writer import SqliteWriter
+
+        return SqliteWriter(self._connect())
+
+    def reader(self):
+        from rlcockpit.store.sqlite_reader import SqliteReader
+
+        return SqliteReader(lambda: self._connect(read_only=True), stale_after_s=self.stale_after_s)
+
+    def close(self) -> None:
+        """Nothing to release: connections belong to the writers and readers."""
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({self.uri!r})"
+
+    def _connect(self, read_only: bool = False) -> sqlite3.Connection:
+        try:
+            return connect(self.path, busy_timeout_s=self.busy_timeout_s, read_only=read_only)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}",
+                             details={"path": str(self.path)}) from exc
+
+    def _open_and_migrate(self) -> int:
+        conn = self._connect()
+        try:
+            return _validate_and_migrate(conn, self.path)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"{self.path} is not a readable rlcockpit SQLite store ({exc}); move the file "
+                "away or choose another path", details={"path": str(self.path)}) from exc
+        finally:
+            conn.close()
+
+
+def _validate_and_migrate(conn: sqlite3.Connection, path: Path) -> int:
+    version = current_version(conn)  # raises DatabaseError for a corrupt / non-SQLite file
+    if version == 0 and user_tables(conn):
+        raise StoreError(
+            f"{path} is a SQLite database but not an rlcockpit store (it has tables "
+            f"{', '.join(sorted(user_tables(conn))[:5])} and no schema_version); choose another "
+            "file", details={"path": str(path)})
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has store schema version {version}, newer than this rlcockpit understands "
+            f"({SCHEMA_VERSION}); upgrade rlcockpit to read it (files are never downgraded)",
+            details={"path": str(path), "version": version, "supported": SCHEMA_VERSION})
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StoreError(f"cannot switch {path} to WAL mode (got {mode!r}); is it on a network "
+                         "file system? Put the store on a local disk", details={"path": str(path)})
+    return migrate(conn)
+
+
+def _check_path(path: Path, *, create: bool) -> None:
+    """Fail fast with a fix for the common mistakes: a directory, a missing parent, no access."""
+    shown = str(path)
+    if path.is_dir():
+        raise StoreError(f"store path {shown} is a directory; give a file inside it, e.g. "
+                         f"sqlite:///{path / 'rlcockpit.db'}", details={"path": shown})
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise StoreError(f"store file {shown} is not readable and writable by this user; fix "
+                             "its permissions or choose another path", details={"path": shown})
+        return
+    if not create:
+        raise StoreError(f"no store at {shown}; check the path (an absolute path needs four "
+                         "slashes: sqlite:////abs/path.db)", details={"path": shown})
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        hint = ""
+        if not path.is_absolute() and Path("/" + str(path)).parent.is_dir():
+            hint = f"; did you mean the absolute path sqlite:////{path}? (four slashes)"
+        raise StoreError(f"directory {parent.resolve()} for store {shown} does not exist; create "
+                         f"it first{hint}", details={"path": shown})
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot create store {shown}: directory {parent.resolve()} is not "
+                         "writable; choose a writable path", details={"path": shown})

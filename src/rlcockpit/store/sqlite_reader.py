@@ -1,0 +1,307 @@
+"""The SQLite read side. Each thread gets its own connection (``query_only``), so the server's
+thread pool and other processes read while the writer writes (WAL: readers see the last committed
+transaction and never block the writer)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from rlcockpit.errors import NotFoundError, StoreError
+from rlcockpit.records import (
+    CheckpointRecord,
+    EventRecord,
+    FindingRecord,
+    HistogramRecord,
+    PhaseRecord,
+    RunInfo,
+    SampleRecord,
+)
+from rlcockpit.store import codec
+from rlcockpit.store import sqlite_rows as rows
+from rlcockpit.store.base import RunSummary, SampleHistogram, SamplePage, SampleQuery, Series
+from rlcockpit.store.downsample import series_rows
+from rlcockpit.store.sqlite_samples import sample_histogram_query, sample_page_query
+
+_RUN_COLUMNS = ("run_id, project, name, status, started_at, ended_at, config, last_step, "
+                "heartbeat_at")
+_BIG = 2**62
+DROPPED_METRIC = "telemetry/dropped_total"
+
+
+class SqliteReader:
+    """Implements :class:`rlcockpit.store.base.StoreReader` (and ``sample_histogram``)."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], *, stale_after_s: float) -> None:
+        self._connect = connect
+        self.stale_after_s = stale_after_s
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ runs
+
+    def list_runs(self) -> list[RunInfo]:
+        """Newest first. A 'running' run whose heartbeat is older than ``stale_after_s`` is
+        reported as 'crashed' (its process died without closing the run)."""
+        found = self._q(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY started_at DESC, run_key DESC")
+        return [self._run_info(r) for r in found]
+
+    def get_run(self, run_id: str) -> RunInfo:
+        found = self._q(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
+        if not found:
+            raise _run_not_found(run_id)
+        return self._run_info(found[0])
+
+    def metric_names(self, run_id: str) -> list[str]:
+        return self._names(run_id, "metric")
+
+    def histogram_names(self, run_id: str) -> list[str]:
+        return self._names(run_id, "histogram")
+
+    def summary(self, run_id: str) -> RunSummary:
+        run = self.get_run(run_id)
+        key = self._run_key(run_id)
+        steps, first, last = self._q(
+            "SELECT COUNT(*), MIN(step), MAX(step) FROM steps WHERE run_key = ?", (key,))[0]
+        samples = self._q("SELECT COUNT(*) FROM samples WHERE run_key = ?", (key,))[0][0]
+        severities = dict(self._q("SELECT severity, COUNT(*) FROM findings WHERE run_key = ? "
+                                  "GROUP BY severity", (key,)))
+        dropped = self.latest(run_id, [DROPPED_METRIC]).get(DROPPED_METRIC)
+        return RunSummary(run=run, steps=steps, first_step=first, last_step=last,
+                          metric_names=tuple(self.metric_names(run_id)), samples=samples,
+                          findings_by_severity=severities,
+                          dropped_total=int(dropped[1]) if dropped else 0)
+
+    # ------------------------------------------------------------------ metrics
+
+    def read_series(self, run_id: str, names: Sequence[str], *, step_min: int | None = None,
+                    step_max: int | None = None, max_points: int | None = None
+                    ) -> dict[str, Series]:
+        """One Series per requested name (empty when the run has no such metric)."""
+        if max_points is not None and max_points < 2:
+            raise StoreError(f"max_points={max_points} must be at least 2 (or None for all points)",
+                             details={"max_points": max_points})
+        key = self._run_key(run_id)
+        ids = self._name_ids(names)
+        lo, hi = _bounds(step_min, step_max)
+        out: dict[str, Series] = {}
+        conn = self._conn()
+        for name in names:
+            if name not in ids:
+                out[name] = Series(name=name, steps=(), values=())
+                continue
+            points, down = self._guard(lambda n=name: series_rows(conn, key, ids[n], lo, hi,
+                                                                  max_points))
+            out[name] = Series(name=name, steps=tuple(p[0] for p in points),
+                               values=tuple(p[1] for p in points),
+                               wall_times=tuple(p[2] for p in points), downsampled=down)
+        return out
+
+    def latest(self, run_id: str, names: Sequence[str] | None = None
+               ) -> dict[str, tuple[int, float]]:
+        key = self._run_key(run_id)
+        if names is None:
+            names = self.metric_names(run_id)
+        ids = self._name_ids(names)
+        out: dict[str, tuple[int, float]] = {}
+        for name in names:
+            if name in ids:
+                found = self._q("SELECT step, value FROM metrics WHERE run_key = ? AND "
+                                "name_id = ? ORDER BY step DESC LIMIT 1", (key, ids[name]))
+                if found:
+                    step, value = found[0]
+                    out[name] = (step, float("nan") if value is None else value)
+        return out
+
+    def read_histograms(self, run_id: str, name: str, *, step_min: int | None = None,
+                        step_max: int | None = None, max_points: int | None = None
+                        ) -> list[HistogramRecord]:
+        key = self._run_key(run_id)
+        ids = self._name_ids([name])
+        if name not in ids:
+            return []
+        lo, hi = _bounds(step_min, step_max)
+        where = "run_key = ? AND name_id = ? AND step BETWEEN ? AND ?"
+        args: tuple = (key, ids[name], lo, hi)
+        if max_points is not None:
+            steps = [r[0] for r in self._q(f"SELECT step FROM histograms WHERE {where} "
+                                           "ORDER BY step", args)]
+            steps = _evenly_spaced(steps, max_points)
+            where += f" AND step IN ({', '.join('?' * len(steps))})"
+            args += tuple(steps)
+        found = self._q(f"SELECT step, wall_time, edges, counts FROM histograms WHERE {where} "
+                        "ORDER BY step", args)
+        return [HistogramRecord(step=s, name=name, edges=codec.decode_f64(e),
+                                counts=codec.decode_i64(c), wall_time=w) for s, w, e, c in found]
+
+    # ------------------------------------------------------------------ samples
+
+    def query_samples(self, run_id: str, query: SampleQuery) -> SamplePage:
+        key = self._run_key(run_id)
+        count_sql, page_sql, args, page_args = sample_page_query(key, query)
+        conn = self._conn()
+
+        def run() -> tuple[int, list]:
+            conn.execute("BEGIN")  # one snapshot for the total and the page
+            try:
+                total = conn.execute(count_sql, args).fetchone()[0]
+                page = conn.execute(page_sql, args + page_args).fetchall()
+            finally:
+                conn.execute("COMMIT")
+            return total, page
+
+        total, page = self._guard(run)
+        width = len(rows.SAMPLE_COLUMNS.split(","))
+        items = tuple(rows.sample_from_row(r[:width], r[width:]) for r in page)
+        return SamplePage(items=items, total=total, offset=query.offset, limit=query.limit)
+
+    def get_sample(self, run_id: str, step: int, sample_id: int) -> SampleRecord:
+        key = self._run_key(run_id)
+        found = self._q(
+            f"SELECT s.{rows.SAMPLE_COLUMNS.replace(', ', ', s.')}, "
+            f"p.{rows.PAYLOAD_COLUMNS.replace(', ', ', p.')} FROM samples s JOIN sample_payloads p "
+            "ON p.run_key = s.run_key AND p.step = s.step AND p.sample_id = s.sample_id "
+            "WHERE s.run_key = ? AND s.step = ? AND s.sample_id = ?", (key, step, sample_id))
+        if not found:
+            raise NotFoundError(f"run {run_id!r} has no sample {sample_id} at step {step}",
+                                details={"run_id": run_id, "step": step, "sample_id": sample_id})
+        width = len(rows.SAMPLE_COLUMNS.split(","))
+        return rows.sample_from_row(found[0][:width], found[0][width:])
+
+    def sample_histogram(self, run_id: str, field: str = "reward", bins: int = 50, *,
+                         step_min: int | None = None, step_max: int | None = None
+                         ) -> SampleHistogram:
+        key = self._run_key(run_id)
+        return self._guard(lambda: sample_histogram_query(
+            self._conn(), key, field, bins, step_min=step_min, step_max=step_max))
+
+    # ------------------------------------------------------------------ events and friends
+
+    def read_events(self, run_id: str, *, kinds: Sequence[str] | None = None,
+                    step_min: int | None = None, step_max: int | None = None,
+                    limit: int | None = None) -> list[EventRecord]:
+        where, args = self._step_where(run_id, step_min, step_max)
+        if kinds is not None:
+            where += f" AND kind IN ({', '.join('?' * len(kinds))})"
+            args += tuple(kinds)
+        found = self._tail("events", "event_id", "step, kind, payload, wall_time", where, args,
+                           limit)
+        return [rows.event_from_row(r) for r in found]
+
+    def read_findings(self, run_id: str, *, step_min: int | None = None,
+                      severities: Sequence[str] | None = None) -> list[FindingRecord]:
+        where, args = self._step_where(run_id, step_min, None)
+        if severities is not None:
+            where += f" AND severity IN ({', '.join('?' * len(severities))})"
+            args += tuple(severities)
+        found = self._tail("findings", "finding_id", "step, detector, severity, message, "
+                           "evidence, patterns, status, wall_time", where, args, None)
+        return [rows.finding_from_row(r) for r in found]
+
+    def read_phases(self, run_id: str, *, limit: int | None = None) -> list[PhaseRecord]:
+        where, args = self._step_where(run_id, None, None)
+        found = self._tail("phases", "phase_id", "step, phase, status, duration_s, progress, "
+                           "wall_time", where, args, limit)
+        return [rows.phase_from_row(r) for r in found]
+
+    def read_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
+        where, args = self._step_where(run_id, None, None)
+        found = self._tail("checkpoints", "checkpoint_id", "step, path, reason, wall_time",
+                           where, args, None)
+        return [rows.checkpoint_from_row(r) for r in found]
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+    # ------------------------------------------------------------------ internals
+
+    def _tail(self, table: str, id_col: str, cols: str, where: str, args: tuple,
+              limit: int | None) -> list[tuple]:
+        """Rows ascending by (step, insertion); with ``limit`` the most recent ``limit`` rows."""
+        if limit is None:
+            return self._q(f"SELECT {cols} FROM {table} WHERE {where} ORDER BY step, {id_col}",
+                           args)
+        if limit < 0:
+            raise StoreError(f"limit={limit} must be >= 0", details={"limit": limit})
+        found = self._q(f"SELECT {cols} FROM {table} WHERE {where} "
+                        f"ORDER BY step DESC, {id_col} DESC LIMIT ?", args + (limit,))
+        return found[::-1]
+
+    def _step_where(self, run_id: str, step_min: int | None, step_max: int | None
+                    ) -> tuple[str, tuple]:
+        lo, hi = _bounds(step_min, step_max)
+        return "run_key = ? AND step BETWEEN ? AND ?", (self._run_key(run_id), lo, hi)
+
+    def _names(self, run_id: str, kind: str) -> list[str]:
+        key = self._run_key(run_id)
+        found = self._q("SELECT n.name FROM run_names r JOIN names n ON n.name_id = r.name_id "
+                        "WHERE r.run_key = ? AND r.kind = ? ORDER BY n.name", (key, kind))
+        return [r[0] for r in found]
+
+    def _name_ids(self, names: Sequence[str]) -> dict[str, int]:
+        if not names:
+            return {}
+        found = self._q("SELECT name, name_id FROM names WHERE name IN "
+                        "(SELECT value FROM json_each(?))", (json.dumps(list(names)),))
+        return dict(found)
+
+    def _run_key(self, run_id: str) -> int:
+        found = self._q("SELECT run_key FROM runs WHERE run_id = ?", (run_id,))
+        if not found:
+            raise _run_not_found(run_id)
+        return int(found[0][0])
+
+    def _run_info(self, row: tuple) -> RunInfo:
+        run_id, project, name, status, started, ended, config, last_step, heartbeat = row
+        if status == "running" and heartbeat is not None and \
+                time.time() - heartbeat > self.stale_after_s:
+            status = "crashed"
+        return RunInfo(run_id=run_id, project=project, name=name, status=status,
+                       started_at=started, ended_at=ended, config=json.loads(config),
+                       last_step=last_step, heartbeat_at=heartbeat)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def _q(self, sql: str, args: tuple = ()) -> list[tuple]:
+        return self._guard(lambda: self._conn().execute(sql, args).fetchall())
+
+    @staticmethod
+    def _guard(fn):
+        try:
+            return fn()
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite store query failed: {exc}",
+                             details={"sqlite_error": type(exc).__name__}) from exc
+
+
+def _bounds(step_min: int | None, step_max: int | None) -> tuple[int, int]:
+    return (-_BIG if step_min is None else int(step_min), _BIG if step_max is None else int(step_max))
+
+
+def _evenly_spaced(items: list, n: int) -> list:
+    if n < 2:
+        raise StoreError(f"max_points={n} must be at least 2", details={"max_points": n})
+    if len(items) <= n:
+        return items
+    last = len(items) - 1
+    return [items[round(i * last / (n - 1))] for i in range(n)]
+
+
+def _run_not_found(run_id: str) -> NotFoundError:
+    return NotFoundError(f"run {run_id!r} is not in this store (list runs with `rlcockpit runs "
+                         "--store URI`)", details={"run_id": run_id})

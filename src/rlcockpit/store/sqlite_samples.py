@@ -1,0 +1,121 @@
+"""SQL for the sample explorer: filtered, stably ordered pages and field histograms.
+
+Every filter runs on the narrow ``samples`` table (and ``sample_flags``); prompt and response text
+live in ``sample_payloads`` and are read for the page only — except a text search, which has to
+look at them (a substring scan, slower than the indexed filters; see docs/store.md).
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+
+from rlcockpit.errors import ConfigError
+from rlcockpit.store import sqlite_rows as rows
+from rlcockpit.store.base import SAMPLE_HISTOGRAM_FIELDS, SampleHistogram, SampleQuery
+
+ORDERS = {
+    "step_asc": "s.step, s.sample_id",
+    "step_desc": "s.step DESC, s.sample_id DESC",
+    "reward_asc": "s.reward, s.step, s.sample_id",
+    "reward_desc": "s.reward DESC, s.step, s.sample_id",
+}
+MAX_PAGE = 10_000
+_PAYLOAD_NO_ARRAYS = "p.prompt, p.response, p.components, NULL, NULL, NULL, NULL"
+
+
+def sample_page_query(run_key: int, q: SampleQuery) -> tuple[str, str, tuple, tuple]:
+    """(count sql, page sql, filter args, page args: limit and offset)."""
+    _validate(q)
+    where, args = _filters(run_key, q)
+    order = ORDERS[q.order]
+    narrow = ", ".join(f"s.{c.strip()}" for c in rows.SAMPLE_COLUMNS.split(","))
+    payload = (", ".join(f"p.{c.strip()}" for c in rows.PAYLOAD_COLUMNS.split(","))
+               if q.include_token_arrays else _PAYLOAD_NO_ARRAYS)
+    count_sql = f"SELECT COUNT(*) FROM samples s WHERE {where}"
+    # the page is chosen on the narrow table first; only its rows are joined to the payloads
+    page_sql = (
+        f"SELECT {narrow.replace('s.', 'pg.')}, {payload} FROM "
+        f"(SELECT s.run_key, {narrow} FROM samples s WHERE {where} ORDER BY {order} "
+        f"LIMIT ? OFFSET ?) pg JOIN sample_payloads p ON p.run_key = pg.run_key "
+        f"AND p.step = pg.step AND p.sample_id = pg.sample_id ORDER BY {order.replace('s.', 'pg.')}"
+    )
+    return count_sql, page_sql, args, (q.limit, q.offset)
+
+
+def _validate(q: SampleQuery) -> None:
+    if q.order not in ORDERS:
+        raise ConfigError(f"sample order {q.order!r} is not one of {', '.join(ORDERS)}",
+                          details={"key": "order", "value": q.order})
+    if not 0 <= q.limit <= MAX_PAGE:
+        raise ConfigError(f"limit={q.limit} must be in [0, {MAX_PAGE}]; page through larger "
+                          "results with offset", details={"key": "limit", "value": q.limit})
+    if q.offset < 0:
+        raise ConfigError(f"offset={q.offset} must be >= 0",
+                          details={"key": "offset", "value": q.offset})
+
+
+def _filters(run_key: int, q: SampleQuery) -> tuple[str, tuple]:
+    clauses = ["s.run_key = ?"]
+    args: list = [run_key]
+    simple = (("s.step >= ?", q.step_min), ("s.step <= ?", q.step_max),
+              ("s.category = ?", q.category), ("s.reward >= ?", q.reward_min),
+              ("s.reward <= ?", q.reward_max), ("s.prompt_id = ?", q.prompt_id))
+    for clause, value in simple:
+        if value is not None:
+            clauses.append(clause)
+            args.append(value)
+    if q.has_token_arrays is not None:
+        clauses.append("s.has_token_arrays = ?")
+        args.append(int(bool(q.has_token_arrays)))
+    for flag in q.flags:
+        clauses.append("(s.step, s.sample_id) IN (SELECT f.step, f.sample_id FROM sample_flags f "
+                       "WHERE f.run_key = ? AND f.flag = ?)")
+        args += [run_key, flag]
+    if q.text:
+        pattern = "%" + q.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        clauses.append(
+            "EXISTS (SELECT 1 FROM sample_payloads t WHERE t.run_key = s.run_key AND "
+            "t.step = s.step AND t.sample_id = s.sample_id AND "
+            "(t.prompt LIKE ? ESCAPE '\\' OR t.response LIKE ? ESCAPE '\\'))")
+        args += [pattern, pattern]
+    return " AND ".join(clauses), tuple(args)
+
+
+def sample_histogram_query(conn: sqlite3.Connection, run_key: int, field: str, bins: int, *,
+                           step_min: int | None, step_max: int | None) -> SampleHistogram:
+    """Bin a sample field in SQL: two index seeks for the finite range, one scan to count."""
+    if field not in SAMPLE_HISTOGRAM_FIELDS:
+        raise ConfigError(f"sample field {field!r} cannot be binned; choose one of "
+                          f"{', '.join(SAMPLE_HISTOGRAM_FIELDS)}", details={"key": "field"})
+    if not 1 <= bins <= 10_000:
+        raise ConfigError(f"bins={bins} must be in [1, 10000]", details={"key": "bins"})
+    where = "run_key = ?"
+    args: list = [run_key]
+    for clause, value in (("step >= ?", step_min), ("step <= ?", step_max)):
+        if value is not None:
+            where += f" AND {clause}"
+            args.append(value)
+    finite = f"{field} > ? AND {field} < ?"
+    inf = (-math.inf, math.inf)
+    lo = conn.execute(f"SELECT MIN({field}) FROM samples WHERE {where} AND {finite}",
+                      (*args, *inf)).fetchone()[0]
+    hi = conn.execute(f"SELECT MAX({field}) FROM samples WHERE {where} AND {finite}",
+                      (*args, *inf)).fetchone()[0]
+    if lo is None:
+        total = conn.execute(f"SELECT COUNT(*) FROM samples WHERE {where}", args).fetchone()[0]
+        return SampleHistogram(field, (), (), total, 0, step_min, step_max)
+    if hi == lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    width = (hi - lo) / bins
+    found = conn.execute(
+        f"SELECT CASE WHEN {finite} THEN MIN(CAST(({field} - ?) / ? AS INTEGER), ?) ELSE -1 END "
+        f"AS b, COUNT(*) FROM samples WHERE {where} GROUP BY b",
+        (*inf, lo, width, bins - 1, *args)).fetchall()
+    counts = [0] * bins
+    for b, n in found:
+        if b >= 0:
+            counts[b] += n
+    edges = tuple(lo + i * width for i in range(bins)) + (hi,)
+    return SampleHistogram(field, edges, tuple(counts), sum(n for _, n in found), sum(counts),
+                           step_min, step_max)

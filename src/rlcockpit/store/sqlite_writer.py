@@ -1,0 +1,267 @@
+"""The SQLite write side: one connection, one thread, one transaction per batch."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Collection, Mapping
+
+from rlcockpit.errors import NotFoundError, StoreError
+from rlcockpit.records import RUN_STATUSES, Batch, RunInfo
+from rlcockpit.store import codec
+from rlcockpit.store import sqlite_rows as rows
+
+# SQLite result codes worth a retry: the lock was held longer than busy_timeout.
+_TRANSIENT = ("locked", "busy")
+
+
+class SqliteWriter:
+    """Implements :class:`rlcockpit.store.base.StoreWriter`.
+
+    ``write_batch`` also refreshes the run's heartbeat and ``last_step`` inside the same
+    transaction. Re-writing a step (a resumed run logging steps again) replaces that step's
+    metrics, histograms and samples; events, findings, phases and checkpoints are append-only.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._run_keys: dict[str, int] = {}
+        self._name_ids: dict[str, int] = {}
+        self._run_names: set[tuple[int, str, int]] = set()
+
+    # ------------------------------------------------------------------ runs
+
+    def create_run(self, run: RunInfo) -> None:
+        _check_status(run.status)
+        now = time.time()
+        try:
+            self._conn.execute(
+                "INSERT INTO runs (run_id, project, name, status, started_at, ended_at, config, "
+                "last_step, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run.run_id, run.project, run.name, run.status, run.started_at or now,
+                 run.ended_at, rows.config_json(run.config), run.last_step,
+                 run.heartbeat_at or now))
+        except sqlite3.IntegrityError:
+            raise StoreError(f"a run with id {run.run_id!r} already exists in this store; pass "
+                             "resume=True to continue it or choose another run id",
+                             details={"run_id": run.run_id}) from None
+        except sqlite3.Error as exc:
+            raise _store_error("create run", exc) from exc
+
+    def set_run_status(self, run_id: str, status: str, *, ended_at: float | None = None) -> None:
+        _check_status(status)
+        if status == "running":
+            ended_at = None
+        self._execute_one("UPDATE runs SET status = ?, ended_at = ? WHERE run_key = ?",
+                          (status, ended_at, self._run_key(run_id)))
+
+    def heartbeat(self, run_id: str, wall_time: float, last_step: int | None) -> None:
+        self._execute_one(
+            "UPDATE runs SET heartbeat_at = ?, "
+            "last_step = MAX(COALESCE(last_step, ?), COALESCE(?, last_step)) WHERE run_key = ?",
+            (wall_time, last_step, last_step, self._run_key(run_id)))
+
+    def update_config(self, run_id: str, config: Mapping) -> None:
+        """Replace the stored config of a run (used when a resumed run brings a new config)."""
+        self._execute_one("UPDATE runs SET config = ? WHERE run_key = ?",
+                          (rows.config_json(config), self._run_key(run_id)))
+
+    # ------------------------------------------------------------------ data
+
+    def write_batch(self, run_id: str, batch: Batch) -> None:
+        """Write everything in ``batch`` in one transaction (all or nothing)."""
+        run_key = self._run_key(run_id)
+        new_names: dict[str, int] = {}
+        new_run_names: set[tuple[int, str, int]] = set()
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._write_all(run_key, batch, new_names, new_run_names)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise _store_error("write batch", exc) from exc
+        # caches change only after the commit, so a rolled-back batch leaves no stale ids
+        self._name_ids.update(new_names)
+        self._run_names |= new_run_names
+
+    def strip_token_arrays(self, run_id: str, keep: Mapping[int, Collection[int]]) -> None:
+        """For each step in ``keep``, drop the per-token arrays of that step's samples whose
+        sample id is not in ``keep[step]`` (the token-array payload policy, docs/store.md)."""
+        run_key = self._run_key(run_id)
+        params = [(run_key, int(step), json.dumps(sorted(int(i) for i in ids)))
+                  for step, ids in keep.items()]
+        where = ("WHERE run_key = ? AND step = ? AND sample_id NOT IN "
+                 "(SELECT value FROM json_each(?))")
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.executemany(
+                    "UPDATE sample_payloads SET tokens = NULL, logprobs = NULL, "
+                    f"ref_logprobs = NULL, token_kl = NULL {where}", params)
+                self._conn.executemany(
+                    f"UPDATE samples SET has_token_arrays = 0 {where} AND has_token_arrays = 1",
+                    params)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise _store_error("strip token arrays", exc) from exc
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _write_all(self, run_key: int, batch: Batch, new_names: dict[str, int],
+                   new_run_names: set) -> None:
+        now = time.time()
+        steps: dict[int, float] = {}
+        self._write_metrics(run_key, batch, new_names, new_run_names, steps)
+        self._write_histograms(run_key, batch, new_names, new_run_names, steps)
+        self._write_samples(run_key, batch, now, steps)
+        self._write_appends(run_key, batch, now)
+        if new_run_names:
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO run_names (run_key, kind, name_id) VALUES (?, ?, ?)",
+                sorted(new_run_names))
+        if steps:
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO steps (run_key, step, wall_time) VALUES (?, ?, ?)",
+                [(run_key, s, w) for s, w in steps.items()])
+        last = _max_step(batch)
+        self._conn.execute(
+            "UPDATE runs SET heartbeat_at = ?, "
+            "last_step = MAX(COALESCE(last_step, ?), COALESCE(?, last_step)) WHERE run_key = ?",
+            (now, last, last, run_key))
+
+    def _write_metrics(self, run_key, batch, new_names, new_run_names, steps) -> None:
+        if not batch.metrics:
+            return
+        params = []
+        for m in batch.metrics:
+            name_id = self._intern(m.name, new_names)
+            self._note_run_name(run_key, "metric", name_id, new_run_names)
+            wall = float(m.wall_time) or time.time()
+            steps.setdefault(int(m.step), wall)
+            # float('nan') binds as NULL: NULL means NaN in this table (see schema.py)
+            params.append((run_key, name_id, int(m.step), float(m.value), wall))
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO metrics (run_key, name_id, step, value, wall_time) "
+            "VALUES (?, ?, ?, ?, ?)", params)
+
+    def _write_histograms(self, run_key, batch, new_names, new_run_names, steps) -> None:
+        if not batch.histograms:
+            return
+        params = []
+        for h in batch.histograms:
+            name_id = self._intern(h.name, new_names)
+            self._note_run_name(run_key, "histogram", name_id, new_run_names)
+            wall = float(h.wall_time) or time.time()
+            steps.setdefault(int(h.step), wall)
+            params.append((run_key, name_id, int(h.step), wall, codec.encode_f64(h.edges),
+                           codec.encode_i64(h.counts)))
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO histograms (run_key, name_id, step, wall_time, edges, counts) "
+            "VALUES (?, ?, ?, ?, ?, ?)", params)
+
+    def _write_samples(self, run_key: int, batch: Batch, now: float, steps: dict) -> None:
+        if not batch.samples:
+            return
+        narrow, payloads, flags = [], [], []
+        for s in batch.samples:
+            n, p = rows.sample_rows(run_key, s, now)
+            narrow.append(n)
+            payloads.append(p)
+            flags.extend((run_key, str(f), int(s.step), int(s.sample_id)) for f in set(s.flags))
+            steps.setdefault(int(s.step), now)
+        lo = min(s.step for s in batch.samples)
+        hi = max(s.step for s in batch.samples)
+        if self._conn.execute("SELECT EXISTS (SELECT 1 FROM sample_flags WHERE run_key = ? AND "
+                              "step BETWEEN ? AND ?)", (run_key, lo, hi)).fetchone()[0]:
+            # a re-written step: its old flags must not survive the replaced samples
+            self._conn.executemany(
+                "DELETE FROM sample_flags WHERE run_key = ? AND step = ? AND sample_id = ?",
+                [(run_key, s.step, s.sample_id) for s in batch.samples])
+        self._conn.executemany(
+            f"INSERT OR REPLACE INTO samples (run_key, {rows.SAMPLE_COLUMNS}, wall_time) "
+            f"VALUES ({', '.join('?' * 18)})", narrow)
+        self._conn.executemany(
+            f"INSERT OR REPLACE INTO sample_payloads (run_key, step, sample_id, "
+            f"{rows.PAYLOAD_COLUMNS}) VALUES ({', '.join('?' * 10)})", payloads)
+        if flags:
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO sample_flags (run_key, flag, step, sample_id) "
+                "VALUES (?, ?, ?, ?)", flags)
+
+    def _write_appends(self, run_key: int, batch: Batch, now: float) -> None:
+        tables = (
+            ("events (run_key, step, kind, payload, wall_time)", 5, batch.events, rows.event_row),
+            ("findings (run_key, step, detector, severity, message, evidence, patterns, status, "
+             "wall_time)", 9, batch.findings, rows.finding_row),
+            ("phases (run_key, step, phase, status, duration_s, progress, wall_time)", 7,
+             batch.phases, rows.phase_row),
+            ("checkpoints (run_key, step, path, reason, wall_time)", 5, batch.checkpoints,
+             rows.checkpoint_row),
+        )
+        for target, width, records, to_row in tables:
+            if records:
+                self._conn.executemany(
+                    f"INSERT INTO {target} VALUES ({', '.join('?' * width)})",
+                    [to_row(run_key, r, now) for r in records])
+
+    def _intern(self, name: str, new_names: dict[str, int]) -> int:
+        name_id = self._name_ids.get(name) or new_names.get(name)
+        if name_id is None:
+            self._conn.execute("INSERT OR IGNORE INTO names (name) VALUES (?)", (name,))
+            name_id = self._conn.execute("SELECT name_id FROM names WHERE name = ?",
+                                         (name,)).fetchone()[0]
+            new_names[name] = name_id
+        return name_id
+
+    def _note_run_name(self, run_key: int, kind: str, name_id: int, new_run_names: set) -> None:
+        key = (run_key, kind, name_id)
+        if key not in self._run_names:
+            new_run_names.add(key)
+
+    def _run_key(self, run_id: str) -> int:
+        key = self._run_keys.get(run_id)
+        if key is None:
+            try:
+                row = self._conn.execute("SELECT run_key FROM runs WHERE run_id = ?",
+                                         (run_id,)).fetchone()
+            except sqlite3.Error as exc:
+                raise _store_error("look up run", exc) from exc
+            if row is None:
+                raise NotFoundError(f"run {run_id!r} is not in this store; create it first",
+                                    details={"run_id": run_id})
+            key = self._run_keys[run_id] = int(row[0])
+        return key
+
+    def _execute_one(self, sql: str, params: tuple) -> None:
+        try:
+            self._conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise _store_error("update run", exc) from exc
+
+
+def _max_step(batch: Batch) -> int | None:
+    steps = [r.step for group in (batch.metrics, batch.histograms, batch.samples, batch.events,
+                                  batch.findings, batch.phases, batch.checkpoints) for r in group]
+    return max(steps) if steps else None
+
+
+def _check_status(status: str) -> None:
+    if status not in RUN_STATUSES:
+        raise StoreError(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}",
+                         details={"status": status})
+
+
+def _store_error(action: str, exc: sqlite3.Error) -> StoreError:
+    transient = any(word in str(exc).lower() for word in _TRANSIENT)
+    return StoreError(f"sqlite store could not {action}: {exc}",
+                      details={"transient": transient, "sqlite_error": type(exc).__name__})
