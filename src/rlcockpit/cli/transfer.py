@@ -1,0 +1,129 @@
+"""``rlcockpit export`` and ``rlcockpit import``: move runs in and out of a store.
+
+The integrations modules imported here are light (stdlib); pyarrow, tensorboard and the SQLite
+store load inside the commands, so ``rlcockpit --help`` stays fast. Errors are :class:`~rlcockpit.errors.RlcockpitError`s: the CLI root prints the message
+and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlcockpit.integrations.aliases import SOURCES as IMPORT_SOURCES
+from rlcockpit.integrations.export import FORMATS as EXPORT_FORMATS
+from rlcockpit.integrations.export import WHATS as EXPORT_WHATS
+from rlcockpit.integrations.importers import FORMATS as IMPORT_FORMATS
+
+EXPORT_EPILOG = """examples:
+  rlcockpit export --store sqlite:///rlcockpit.db --run RUN --what metrics --format jsonl
+  rlcockpit export --store runs.db --run RUN --what samples --format parquet --out samples.parquet
+
+Metrics JSONL has one line per step, {"step": N, "metrics": {catalog name: value}}; NaN and
++/-inf are written as the strings "NaN", "Infinity", "-Infinity" (strict JSON)."""
+
+IMPORT_EPILOG = """examples:
+  rlcockpit import --store runs.db --format trl-completions out/completions/
+  rlcockpit import --store runs.db --format verl-rollout rollouts/ --name grpo-7b
+  rlcockpit import --store runs.db metrics.jsonl rollouts/        (formats detected per file)
+  rlcockpit import --store runs.db --format tensorboard runs/May01_12-00-00_host/
+
+Metric keys are renamed to catalog names through the alias table (docs/import_export.md);
+keys without an alias are kept as import/<source>/<key>. Every file is read and checked before
+anything is written: a malformed file stops the import with exit code 2 and no run is created."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_export(subparsers)
+    _register_import(subparsers)
+
+
+def _register_export(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "export", help="export a run's metrics, samples, findings or events (JSONL or Parquet)",
+        description="Export one kind of a stored run's records as JSON Lines or Parquet.",
+        epilog=EXPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", required=True, help="store URI, e.g. sqlite:///rlcockpit.db")
+    p.add_argument("--run", required=True, help="run id (see `rlcockpit runs`)")
+    p.add_argument("--what", required=True, choices=EXPORT_WHATS, help="which records to export")
+    p.add_argument("--format", dest="fmt", default="jsonl", choices=EXPORT_FORMATS,
+                   help="jsonl (default) or parquet")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output file (default for jsonl: standard output; required for parquet)")
+    p.set_defaults(func=cmd_export)
+
+
+def _register_import(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "import", help="import TRL / verl / OpenRLHF / TensorBoard logs as a run",
+        description="Import foreign training logs (or an rlcockpit export) into a store as one "
+                    "finished run.",
+        epilog=IMPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to import")
+    p.add_argument("--store", required=True, help="store URI, e.g. sqlite:///rlcockpit.db")
+    p.add_argument("--format", dest="fmt", default=None, choices=IMPORT_FORMATS,
+                   help="format of every PATH (default: detected per file)")
+    p.add_argument("--source", default=None, choices=IMPORT_SOURCES,
+                   help="alias table for metric keys (default: detected from the keys)")
+    p.add_argument("--project", default="imported", help="project of the new run (default: imported)")
+    p.add_argument("--name", default=None, help="name of the new run (default: the first PATH's name)")
+    p.add_argument("--run-id", default=None, help="id of the new run (default: a fresh imp-... id)")
+    p.set_defaults(func=cmd_import)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from rlcockpit.integrations.export import export_run
+    from rlcockpit.store import open_store
+
+    store = open_store(args.store, create=False)
+    reader = store.reader()
+    try:
+        count = export_run(reader, args.run, what=args.what, fmt=args.fmt, out=args.out,
+                           stdout=sys.stdout)
+    finally:
+        reader.close()
+        store.close()
+    if args.out is not None:
+        print(f"exported {count} {args.what} {'lines' if args.fmt == 'jsonl' else 'rows'} "
+              f"of run {args.run} to {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from rlcockpit.integrations.importers import (
+        ensure_new_run_id,
+        new_run_id,
+        read_paths,
+        write_import,
+    )
+    from rlcockpit.store import open_store
+
+    parsed = read_paths(args.paths, fmt=args.fmt, source=args.source)  # validate before writing
+    store = open_store(args.store)
+    writer, reader = store.writer(), store.reader()
+    try:
+        run_id = args.run_id or new_run_id()
+        ensure_new_run_id(reader, run_id)
+        name = args.name or Path(args.paths[0]).resolve().name
+        run = write_import(writer, parsed, project=args.project, name=name, run_id=run_id)
+    finally:
+        reader.close()
+        writer.close()
+        store.close()
+    _print_summary(run.run_id, parsed)
+    return 0
+
+
+def _print_summary(run_id: str, parsed) -> None:
+    names = {n for _, n in parsed.metrics}
+    foreign = sorted(n for n in names if n.startswith("import/"))
+    print(f"imported run {run_id}: {len(parsed.steps)} steps, {len(names)} metrics "
+          f"({len(names) - len(foreign)} catalog, {len(foreign)} under import/), "
+          f"{len(parsed.samples)} samples from {len(parsed.files)} files "
+          f"[{', '.join(sorted(parsed.sources))}]")
+    if parsed.skipped:
+        print(f"  skipped non-numeric values: {dict(sorted(parsed.skipped.items()))}")
+    if parsed.unstored_sample_keys:
+        print(f"  sample fields with no place in a sample record (listed in the run config): "
+              f"{', '.join(sorted(parsed.unstored_sample_keys))}")
