@@ -24,7 +24,8 @@ from rlcockpit.metrics.catalog import (
 
 _LAZY_MODULES = {"rl": "rlcockpit.metrics.rl", "stats": "rlcockpit.metrics.stats"}
 _RL_NAMES = (
-    "masked_sum", "masked_mean", "masked_var", "masked_whiten", "masked_max", "masked_quantile",
+    "fill_masked", "masked_sum", "masked_mean", "masked_var", "masked_whiten", "masked_max",
+    "masked_quantile",
     "logprobs_from_logits", "entropy_from_logits", "kl_per_token", "gae", "group_normalize",
     "clip_fraction", "explained_variance", "approx_kl", "sequence_sum", "sequence_lengths",
     "perplexity",

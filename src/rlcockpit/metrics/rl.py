@@ -26,6 +26,15 @@ def _weights(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return mask.to(dtype=x.dtype, device=x.device)
 
 
+def fill_masked(x: torch.Tensor, mask: torch.Tensor, value: float = 0.0) -> torch.Tensor:
+    """``x`` with padded positions replaced by ``value``.
+
+    Use before any arithmetic whose gradient must stay clean: ``torch.where`` after a NaN-producing
+    op still back-propagates 0 * NaN = NaN, while cleaning the inputs first routes exact zeros.
+    """
+    return torch.where(_valid(mask), x, torch.full_like(x, value))
+
+
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Sum of ``x * mask``; padded positions contribute exactly 0 even if they hold NaN / inf."""
     w = _weights(x, mask)
@@ -108,9 +117,15 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Token entropy H = logsumexp(z) - sum softmax(z) * z -> ``[B, T]`` (stable for large logits)."""
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+    """Token entropy H = logsumexp(z) - sum softmax(z) * z -> ``[B, T]``.
+
+    Evaluated on z - max(z) (H is shift invariant) so the two terms stay small and do not cancel
+    catastrophically for large logits; tokens with probability 0 (e.g. -inf logits) add exactly 0.
+    """
+    shifted = logits - logits.detach().amax(dim=-1, keepdim=True)
+    probs = torch.softmax(shifted, dim=-1)
+    safe = torch.where(probs > 0, shifted, torch.zeros_like(shifted))
+    return torch.logsumexp(shifted, dim=-1) - (probs * safe).sum(dim=-1)
 
 
 def kl_per_token(

@@ -3,13 +3,23 @@
 Seed 003 §4.2 (clipped surrogate), §4.3 (value loss, entropy bonus); CleanRL ``ppo.py`` names
 (``logratio``, ``ratio``, ``pg_loss1/2``, ``v_loss_unclipped/clipped``). Each term is tested
 against a naive per-token loop in ``tests/test_losses_advantages.py``.
+
+Inputs are cleaned on padded positions first (:func:`fill_masked`) so neither the loss nor its
+gradient can pick up NaN / inf from padding.
 """
 
 from __future__ import annotations
 
 import torch
 
-from rlcockpit.metrics.rl import approx_kl, clip_fraction, kl_per_token, masked_max, masked_mean
+from rlcockpit.metrics.rl import (
+    approx_kl,
+    clip_fraction,
+    fill_masked,
+    kl_per_token,
+    masked_max,
+    masked_mean,
+)
 
 
 def policy_loss(
@@ -27,7 +37,10 @@ def policy_loss(
     """
     if clip_eps <= 0:
         raise ValueError(f"clip_eps={clip_eps!r} must be > 0 (typical: 0.1-0.2, seed 003 §2.3)")
-    logratio = new_logprobs - old_logprobs.detach()
+    new_logprobs = fill_masked(new_logprobs, mask)
+    old_logprobs = fill_masked(old_logprobs.detach(), mask)
+    advantages = fill_masked(advantages.detach(), mask)
+    logratio = new_logprobs - old_logprobs
     ratio = torch.exp(logratio)
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
@@ -54,12 +67,14 @@ def value_loss(
     ``clip_range=None`` gives the plain 0.5 * MSE. The float is ``value/clip_frac``: the share of
     valid tokens where |v - v_old| > c (0 without clipping).
     """
+    values = fill_masked(values, mask)
+    returns = fill_masked(returns.detach(), mask)
     v_loss_unclipped = (values - returns) ** 2
     if clip_range is None:
         return 0.5 * masked_mean(v_loss_unclipped, mask), 0.0
     if clip_range <= 0:
         raise ValueError(f"clip_range={clip_range!r} must be > 0, or None to disable clipping")
-    old = old_values.detach()
+    old = fill_masked(old_values.detach(), mask)
     v_clipped = old + torch.clamp(values - old, -clip_range, clip_range)
     v_loss_clipped = (v_clipped - returns) ** 2
     loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, v_loss_clipped), mask)
@@ -77,4 +92,6 @@ def kl_loss(
 ) -> torch.Tensor:
     """GRPO's KL-to-reference loss term: masked mean of the per-token estimator (k3 by default,
     DeepSeekMath eq. 4); differentiable w.r.t. ``logprobs``."""
-    return masked_mean(kl_per_token(logprobs, ref_logprobs.detach(), estimator), mask)
+    logprobs = fill_masked(logprobs, mask)
+    ref_logprobs = fill_masked(ref_logprobs.detach(), mask)
+    return masked_mean(kl_per_token(logprobs, ref_logprobs, estimator), mask)
