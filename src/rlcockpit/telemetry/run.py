@@ -1,0 +1,276 @@
+"""``Run``: what a training script calls. Every logging call copies its arguments into one queue
+item and returns; a background thread does the rest (see writer.py). Nothing here raises into the
+training loop after :func:`init` returned; setup errors (bad store URI, unwritable path, unknown
+run to resume) raise at :func:`init`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import queue
+import secrets
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rlcockpit.errors import ConfigError, NotFoundError
+from rlcockpit.records import EventRecord, RunInfo, SampleRecord
+from rlcockpit.telemetry.drops import DropCounter
+from rlcockpit.telemetry.policy import TokenArrayPolicy, WriterOptions
+from rlcockpit.telemetry.writer import BackgroundWriter
+
+DEFAULT_STORE = "sqlite:///rlcockpit.db"
+
+
+class Run:
+    """A live run. Create it with :func:`rlcockpit.init`; use it as a context manager or call
+    :meth:`close` (also called at interpreter exit)."""
+
+    def __init__(self, info: RunInfo, *, store_uri: str, store_writer: Any,
+                 options: WriterOptions, token_arrays: TokenArrayPolicy) -> None:
+        self.run_id = info.run_id
+        self.info = info
+        self.store_uri = store_uri
+        self.options = options
+        self.token_arrays = token_arrays
+        self._drops = DropCounter(options.warn_interval_s)
+        self._items: queue.Queue = queue.Queue(maxsize=options.queue_size)
+        self._closed = False
+        self._last_step: Any = info.last_step or 0
+        self._close_lock = threading.Lock()
+        self._thread = BackgroundWriter(store=store_writer, run_id=self.run_id, items=self._items,
+                                        options=options, policy=token_arrays, drops=self._drops)
+        self._thread.start()
+        atexit.register(self._at_exit)
+
+    # ------------------------------------------------------------------ logging (never raises)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Log scalar metrics of ``step`` (catalog names, e.g. ``reward/mean``)."""
+        self._put("metrics", step, dict(metrics), len(metrics))
+
+    def log_histogram(self, step: int, name: str, values: Any, bins: int | Sequence[float] = 64
+                      ) -> None:
+        """Log the distribution of ``values`` (list, numpy array or tensor); binned off-thread."""
+        if hasattr(values, "detach"):
+            values = values.detach().cpu().clone()
+        elif hasattr(values, "copy"):
+            values = values.copy()
+        else:
+            values = list(values)
+        self._put("histograms", step, (name, values, bins), 1)
+
+    def log_samples(self, step: int, samples: Iterable[SampleRecord | Mapping[str, Any]]) -> None:
+        """Log rollout samples of ``step`` (SampleRecord or dicts with its field names)."""
+        items = [dict(s) if isinstance(s, Mapping) else s for s in samples]
+        self._put("samples", step, items, len(items))
+
+    def event(self, step: int, kind: str, payload: Mapping[str, Any] | None = None) -> None:
+        self._put("events", step, (kind, dict(payload or {})), 1)
+
+    def finding(self, *, step: int, detector: str, severity: str, message: str,
+                evidence: Mapping[str, Any] | None = None, patterns: Sequence[str] = (),
+                status: str = "raised") -> None:
+        self._put("findings", step, {
+            "detector": detector, "severity": severity, "message": message,
+            "evidence": dict(evidence or {}), "patterns": tuple(patterns), "status": status}, 1)
+
+    def phase(self, step: int, phase: str, status: str, duration_s: float | None = None,
+              progress: float | None = None) -> None:
+        self._put("phases", step, (phase, status, duration_s, progress), 1)
+
+    def checkpoint(self, step: int, path: str, reason: str = "periodic") -> None:
+        self._put("checkpoints", step, (str(path), reason), 1)
+
+    def commit(self, step: int) -> None:
+        """Declare ``step`` complete: its records are written together at the next write."""
+        # when the queue is full nothing is lost: the step completes on the next step or when idle
+        with contextlib.suppress(queue.Full):
+            self._items.put_nowait(("commit", step, None, 0.0))
+
+    # ------------------------------------------------------------------ control
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Block until everything logged so far is written (True) or ``timeout`` passed (False)."""
+        if self._closed or not self._thread.is_alive():
+            return not self._thread.is_alive()
+        done = threading.Event()
+        deadline = time.monotonic() + timeout
+        try:
+            self._items.put(("flush", None, done, 0.0), timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def dropped_total(self) -> int:
+        """Records that could not be written (queue full, invalid, write failed after retries)."""
+        return self._drops.total
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Dropped records by kind (metrics, histograms, samples, events...)."""
+        return self._drops.by_kind()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, status: str = "finished", timeout: float | None = None) -> None:
+        """Write everything still queued, mark the run ``status`` and stop the writer thread.
+        Idempotent; waits at most ``timeout`` (default ``options.close_timeout_s``)."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self._at_exit)
+        timeout = self.options.close_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        try:
+            self._items.put(("close", None, status, 0.0), timeout=timeout)
+        except queue.Full:
+            self._drops.warn("close", f"rlcockpit telemetry: run {self.run_id} could not be "
+                                      f"closed within {timeout}s (writer stuck); queued records "
+                                      f"may be lost")
+            return
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            self._drops.warn("close", f"rlcockpit telemetry: writer of run {self.run_id} did not "
+                                      f"finish within {timeout}s")
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close("finished")
+            return
+        status = "stopped" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+        self.event(self._last_step, "run_" + status,
+                   {"exception": exc_type.__name__, "message": str(exc)[:2000]})
+        self.close(status)
+
+    def __repr__(self) -> str:
+        return f"Run(run_id={self.run_id!r}, store={self.store_uri!r}, closed={self._closed})"
+
+    # ------------------------------------------------------------------ internals
+
+    def _put(self, kind: str, step: Any, payload: Any, n: int) -> None:
+        if self._closed:
+            self._drops.add(kind, n, "closed", "logged after close()")
+            return
+        self._last_step = step
+        try:
+            self._items.put_nowait((kind, step, payload, time.time()))
+        except queue.Full:
+            self._drops.add(kind, n, "queue_full")
+
+    def _at_exit(self) -> None:
+        self.close("failed" if _uncaught.seen else "finished")
+
+
+class _UncaughtException:
+    """Remembers whether the program is ending on an uncaught exception, so the at-exit close
+    marks the run "failed" instead of "finished". Chains to the previous ``sys.excepthook``."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._installed = False
+
+    def install(self) -> None:
+        if self._installed:
+            return
+        self._installed = True
+        previous = sys.excepthook
+
+        def hook(exc_type, exc, tb):
+            self.seen = True
+            previous(exc_type, exc, tb)
+
+        sys.excepthook = hook
+
+
+_uncaught = _UncaughtException()
+
+
+def new_run_id() -> str:
+    """Short, sortable and unique enough: UTC time to the second plus 24 random bits."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def init(project: str = "default", name: str | None = None, store: str = DEFAULT_STORE,
+         config: Mapping[str, Any] | None = None, run_id: str | None = None,
+         resume: bool = False, token_arrays: TokenArrayPolicy | None = None,
+         queue_size: int = 4096, flush_every: int = 2000, flush_interval_s: float = 1.0,
+         **options: Any) -> Run:
+    """Start (or, with ``resume=True`` and ``run_id``, continue) a run and its writer thread.
+
+    Raises at once — before training starts — for a bad store URI, an unwritable path, a corrupt
+    store, an unknown run to resume, an existing run id without ``resume``, or bad options.
+    Further ``WriterOptions`` (heartbeat_interval_s, write_retries, retry_backoff_s,
+    close_timeout_s, warn_interval_s) may be passed as keywords.
+    """
+    from rlcockpit.store import open_store
+
+    unknown = set(options) - set(WriterOptions.__dataclass_fields__)
+    if unknown:
+        raise ConfigError(f"unknown telemetry option(s) {sorted(unknown)}; known: "
+                          f"{sorted(WriterOptions.__dataclass_fields__)}",
+                          details={"key": sorted(unknown)[0]})
+    opts = WriterOptions(queue_size=queue_size, flush_every=flush_every,
+                         flush_interval_s=flush_interval_s, **options)
+    policy = token_arrays if token_arrays is not None else TokenArrayPolicy()
+    if not isinstance(policy, TokenArrayPolicy):
+        raise ConfigError(f"token_arrays must be a TokenArrayPolicy, got {policy!r}",
+                          details={"key": "token_arrays"})
+    opened = open_store(store)
+    writer = opened.writer()
+    try:
+        info = _start_or_resume(opened, writer, project, name, config, run_id, resume)
+    except BaseException:
+        writer.close()
+        raise
+    _uncaught.install()
+    return Run(info, store_uri=opened.uri, store_writer=writer, options=opts,
+               token_arrays=policy)
+
+
+def _start_or_resume(opened, writer, project: str, name: str | None,
+                     config: Mapping[str, Any] | None, run_id: str | None,
+                     resume: bool) -> RunInfo:
+    if resume:
+        if not run_id:
+            raise ConfigError("resume=True needs the run_id of the run to continue",
+                              details={"key": "run_id"})
+        reader = opened.reader()
+        try:
+            info = reader.get_run(run_id)
+        except NotFoundError:
+            raise NotFoundError(f"cannot resume run {run_id!r}: it is not in store "
+                                f"{opened.uri}; check the run id and the store URI",
+                                details={"run_id": run_id}) from None
+        finally:
+            reader.close()
+        writer.set_run_status(run_id, "running")
+        writer.write_batch(run_id, _resume_batch(info, config))
+        return info
+    info = RunInfo(run_id=run_id or new_run_id(), project=str(project),
+                   name=str(name or run_id or ""), status="running", started_at=time.time(),
+                   config=dict(config or {}))
+    if not info.name:
+        info = RunInfo(**{**info.__dict__, "name": info.run_id})
+    writer.create_run(info)
+    return info
+
+
+def _resume_batch(info: RunInfo, config: Mapping[str, Any] | None):
+    from rlcockpit.records import Batch
+
+    payload: dict[str, Any] = {"previous_status": info.status, "last_step": info.last_step}
+    if config is not None:
+        payload["config"] = dict(config)
+    return Batch(events=(EventRecord(step=info.last_step or 0, kind="run_resumed",
+                                     payload=payload, wall_time=time.time()),))
