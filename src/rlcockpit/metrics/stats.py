@@ -34,7 +34,7 @@ def _check_n(n: int) -> None:
 def repetition_rate(token_ids: Sequence[Sequence[int]], n: int = 3) -> float:
     """Mean over responses of the share of n-grams that repeat an earlier n-gram of the same
     response (``response/repetition_rate``). A response shorter than n counts as 0; no responses
-    give 0.0. "a b c a b c" with n=3 has 4 trigrams, 2 of them repeats -> 0.5."""
+    give 0.0. "a b c a b c" with n=3 has 4 trigrams, one of them a repeat -> 0.25."""
     _check_n(n)
     if len(token_ids) == 0:
         return 0.0
