@@ -8,6 +8,7 @@ and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -81,6 +82,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         count = export_run(reader, args.run, what=args.what, fmt=args.fmt, out=args.out,
                            stdout=sys.stdout)
+    except BrokenPipeError:
+        # `rlcockpit export ... | head`: the reader left; stop quietly like other Unix tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     finally:
         reader.close()
         store.close()

@@ -1,10 +1,23 @@
 """Bridges between rlcockpit and other tools (DESIGN.md §2): the alias table that maps TRL, verl
-and OpenRLHF metric keys to catalog names, importers for their log files and for TensorBoard, and
-the exporter of stored runs. Importing this package stays light: pyarrow, tensorboard and the
-store load only when an import or export runs."""
+and OpenRLHF metric keys to catalog names (:mod:`.aliases`), importers for their log files and for
+TensorBoard (:mod:`.importers`), and the exporter of stored runs (:mod:`.export`).
+
+Importing this package loads nothing: the names below resolve on first use, and pyarrow,
+tensorboard and the store load only when an import or export runs.
+"""
 
 from __future__ import annotations
 
-from rlcockpit.integrations.aliases import ALIASES, SOURCES, detect_source, import_name, to_catalog
+import importlib
+from typing import Any
 
-__all__ = ["ALIASES", "SOURCES", "detect_source", "import_name", "to_catalog"]
+_LAZY = {name: "rlcockpit.integrations.aliases"
+         for name in ("ALIASES", "SOURCES", "detect_source", "import_name", "to_catalog")}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rlcockpit.integrations' has no attribute {name!r}")

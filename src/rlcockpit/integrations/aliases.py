@@ -32,19 +32,26 @@ NATIVE_SOURCE = "rlcockpit"  # files rlcockpit exported itself: names are kept v
 UNKNOWN_SOURCE = "unknown"  # no alias table matched any key
 IMPORT_PREFIX = "import/"
 
-_TRL_GRPO = "trl 1.16 `trl/trainer/grpo_trainer.py` (`_generate_and_score_completions`, `_compute_loss`)"
-_TRL_HF = "transformers `Trainer.log` (every TRL trainer)"
-_TRL_PPO = "trl 1.12 `trl/experimental/ppo/ppo_trainer.py` (`train`)"
-_VERL_DATA = "verl `verl/trainer/ppo/metric_utils.py` (`compute_data_metrics`)"
-_VERL_TIME = "verl `verl/trainer/ppo/metric_utils.py` (`compute_timing_metrics`)"
-_VERL_ACTOR = "verl `verl/workers/actor/dp_actor.py` (`update_policy`)"
-_VERL_CRITIC = "verl `verl/workers/critic/dp_critic.py` (`update_critic`)"
-_VERL_WORKER = "verl `verl/workers/fsdp_workers.py` (`update_actor` / `update_critic`)"
-_VERL_KL = "verl `verl/trainer/ppo/ray_trainer.py` (`apply_kl_penalty`)"
-_ORLHF_ACTOR = "OpenRLHF `openrlhf/trainer/ray/ppo_actor.py` (`training_step`)"
-_ORLHF_CRITIC = "OpenRLHF `openrlhf/trainer/ray/ppo_critic.py` (`training_step`)"
-_ORLHF_EXP = "OpenRLHF `openrlhf/trainer/ppo_utils/experience_maker.py` (`info` of an experience)"
-
+# Where each source's keys are logged (module paths of the source projects; versions read).
+SOURCE_ORIGINS = {
+    "trl-grpo": "TRL 1.16 `trl/trainer/grpo_trainer.py`, logged through transformers `Trainer.log`",
+    "trl-ppo": "TRL 1.12 `trl/experimental/ppo/ppo_trainer.py` (`train`), through `Trainer.log`",
+    "verl": "verl `verl/trainer/ppo/` and `verl/workers/`, through `verl/utils/tracking.py`",
+    "openrlhf": "OpenRLHF `openrlhf/trainer/`, through `ppo_trainer.py` `save_logs_and_checkpoints`",
+}
+_GRPO_GEN = "`_generate` / `_generate_and_score_completions`"
+_GRPO_LOSS = "`_compute_loss`"
+_HF = "transformers `Trainer` (`_maybe_log_save_evaluate`)"
+_PPO = "`PPOTrainer.train`"
+_VERL_DATA = "`metric_utils.py` `compute_data_metrics`"
+_VERL_TIME = "`metric_utils.py` `compute_timing_metrics`"
+_VERL_ACTOR = "`workers/actor/dp_actor.py` `update_policy`"
+_VERL_CRITIC = "`workers/critic/dp_critic.py` `update_critic`"
+_VERL_WORKER = "`workers/fsdp_workers.py` `update_actor` / `update_critic`"
+_VERL_KL = "`ray_trainer.py` `apply_kl_penalty`"
+_ORLHF_ACTOR = "`ray/ppo_actor.py` `training_step`"
+_ORLHF_CRITIC = "`ray/ppo_critic.py` `training_step`"
+_ORLHF_EXP = "`ppo_utils/experience_maker.py` (experience `info`)"
 
 @dataclass(frozen=True)
 class Alias:
@@ -67,40 +74,40 @@ class Alias:
 
 ALIASES: tuple[Alias, ...] = (
     # --- TRL GRPOTrainer -------------------------------------------------------------------
-    Alias("trl-grpo", "reward", "reward/mean", _TRL_GRPO, "mean of the weighted sum of reward functions"),
-    Alias("trl-grpo", "reward_std", "reward/std", _TRL_GRPO,
+    Alias("trl-grpo", "reward", "reward/mean", _GRPO_GEN, "mean of the weighted sum of reward functions"),
+    Alias("trl-grpo", "reward_std", "reward/std", _GRPO_GEN,
           "std over the batch in TRL 1.x; older releases logged the mean within-group std"),
-    Alias("trl-grpo", "frac_reward_zero_std", "reward/frac_zero_std_groups", _TRL_GRPO),
-    Alias("trl-grpo", "rewards/{component}/mean", "reward/{component}/mean", _TRL_GRPO,
+    Alias("trl-grpo", "frac_reward_zero_std", "reward/frac_zero_std_groups", _GRPO_GEN),
+    Alias("trl-grpo", "rewards/{component}/mean", "reward/{component}/mean", _GRPO_GEN,
           "one per reward function, named after the function"),
-    Alias("trl-grpo", "kl", "kl/token_mean", _TRL_GRPO, "k3 estimator, mean over completion tokens"),
-    Alias("trl-grpo", "entropy", "policy/entropy", _TRL_GRPO),
-    Alias("trl-grpo", "clip_ratio/region_mean", "policy/clip_frac", _TRL_GRPO,
+    Alias("trl-grpo", "kl", "kl/token_mean", _GRPO_LOSS, "k3 estimator, mean over completion tokens"),
+    Alias("trl-grpo", "entropy", "policy/entropy", _GRPO_LOSS),
+    Alias("trl-grpo", "clip_ratio/region_mean", "policy/clip_frac", _GRPO_LOSS,
           "only tokens where the clip is active (ratio out of range on the advantage's side)"),
-    Alias("trl-grpo", "clip_ratio", "policy/clip_frac", _TRL_GRPO, "older TRL and the Liger loss"),
-    Alias("trl-grpo", "completions/mean_length", "response/length_mean", _TRL_GRPO),
-    Alias("trl-grpo", "completions/max_length", "response/length_max", _TRL_GRPO),
-    Alias("trl-grpo", "completions/clipped_ratio", "response/truncated_frac", _TRL_GRPO,
+    Alias("trl-grpo", "clip_ratio", "policy/clip_frac", _GRPO_LOSS, "older TRL and the Liger loss"),
+    Alias("trl-grpo", "completions/mean_length", "response/length_mean", _GRPO_GEN),
+    Alias("trl-grpo", "completions/max_length", "response/length_max", _GRPO_GEN),
+    Alias("trl-grpo", "completions/clipped_ratio", "response/truncated_frac", _GRPO_GEN,
           "share of completions that hit the length limit without EOS"),
-    Alias("trl-grpo", "policy_loss", "policy/loss", _TRL_GRPO, "the clipped surrogate alone (newer TRL)"),
-    Alias("trl-grpo", "loss", "policy/loss", _TRL_HF,
+    Alias("trl-grpo", "policy_loss", "policy/loss", _GRPO_LOSS, "the loss before the entropy bonus (newer TRL)"),
+    Alias("trl-grpo", "loss", "policy/loss", _HF,
           "the total loss (surrogate + beta * KL); GRPO has no critic. Used when `policy_loss` is absent"),
-    Alias("trl-grpo", "entropy_coef", "policy/entropy_coef", _TRL_GRPO),
-    Alias("trl-grpo", "grad_norm", "grad/norm/actor", _TRL_HF),
-    Alias("trl-grpo", "learning_rate", "optim/lr/actor", _TRL_HF),
-    Alias("trl-grpo", "eval_reward", "eval/reward/mean", _TRL_HF),
+    Alias("trl-grpo", "entropy_coef", "policy/entropy_coef", _GRPO_LOSS),
+    Alias("trl-grpo", "grad_norm", "grad/norm/actor", _HF),
+    Alias("trl-grpo", "learning_rate", "optim/lr/actor", _HF),
+    Alias("trl-grpo", "eval_reward", "eval/reward/mean", _HF),
     # --- TRL PPOTrainer (experimental PPO) ---------------------------------------------------
-    Alias("trl-ppo", "objective/kl", "kl/mean", _TRL_PPO, "sum of token KL per sequence, averaged"),
-    Alias("trl-ppo", "objective/scores", "reward/mean", _TRL_PPO, "reward-model score before the KL penalty"),
-    Alias("trl-ppo", "policy/entropy_avg", "policy/entropy", _TRL_PPO),
-    Alias("trl-ppo", "policy/approxkl_avg", "policy/approx_kl", _TRL_PPO, "k2 estimator (0.5 * logratio^2)"),
-    Alias("trl-ppo", "policy/clipfrac_avg", "policy/clip_frac", _TRL_PPO),
-    Alias("trl-ppo", "loss/policy_avg", "policy/loss", _TRL_PPO),
-    Alias("trl-ppo", "loss/value_avg", "value/loss", _TRL_PPO),
-    Alias("trl-ppo", "val/clipfrac_avg", "value/clip_frac", _TRL_PPO),
-    Alias("trl-ppo", "val/ratio", "policy/ratio_mean", _TRL_PPO),
-    Alias("trl-ppo", "lr", "optim/lr/actor", _TRL_PPO),
-    Alias("trl-ppo", "eps", "perf/samples_per_s", _TRL_PPO, "episodes (prompt + completion) per second"),
+    Alias("trl-ppo", "objective/kl", "kl/mean", _PPO, "sum of token KL per sequence, averaged"),
+    Alias("trl-ppo", "objective/scores", "reward/mean", _PPO, "reward-model score before the KL penalty"),
+    Alias("trl-ppo", "policy/entropy_avg", "policy/entropy", _PPO),
+    Alias("trl-ppo", "policy/approxkl_avg", "policy/approx_kl", _PPO, "k2 estimator (0.5 * logratio^2)"),
+    Alias("trl-ppo", "policy/clipfrac_avg", "policy/clip_frac", _PPO),
+    Alias("trl-ppo", "loss/policy_avg", "policy/loss", _PPO),
+    Alias("trl-ppo", "loss/value_avg", "value/loss", _PPO),
+    Alias("trl-ppo", "val/clipfrac_avg", "value/clip_frac", _PPO),
+    Alias("trl-ppo", "val/ratio", "policy/ratio_mean", _PPO),
+    Alias("trl-ppo", "lr", "optim/lr/actor", _PPO),
+    Alias("trl-ppo", "eps", "perf/samples_per_s", _PPO, "episodes (prompt + completion) per second"),
     # --- verl ----------------------------------------------------------------------------
     Alias("verl", "actor/pg_loss", "policy/loss", _VERL_ACTOR),
     Alias("verl", "actor/entropy", "policy/entropy", _VERL_ACTOR),
@@ -148,7 +155,7 @@ ALIASES: tuple[Alias, ...] = (
 
 
 def _check_sources() -> None:
-    unknown = {a.source for a in ALIASES} - set(SOURCES)
+    unknown = ({a.source for a in ALIASES} | set(SOURCE_ORIGINS)) ^ set(SOURCES)
     if unknown:
         raise ValueError(f"alias rows name unknown sources {sorted(unknown)}; known: {SOURCES}")
 
@@ -274,8 +281,8 @@ def aliases_markdown() -> str:
     """The alias table as Markdown, one section per source (the generated part of the docs)."""
     lines: list[str] = []
     for source in SOURCES:
-        lines += [f"### {source}", "", "| foreign key | catalog name | logged by | note |",
-                  "| --- | --- | --- | --- |"]
+        lines += [f"### {source}", "", f"Logged by {SOURCE_ORIGINS[source]}.", "",
+                  "| foreign key | catalog name | logged in | note |", "| --- | --- | --- | --- |"]
         for row in ALIASES:
             if row.source == source:
                 key = row.key.replace("{component}", "<component>")

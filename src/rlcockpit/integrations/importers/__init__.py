@@ -30,7 +30,7 @@ from rlcockpit.integrations.importers import (
     trl_completions,
     verl_rollout,
 )
-from rlcockpit.integrations.importers._base import ParsedImport, SampleNumbering, fail
+from rlcockpit.integrations.importers._base import ParsedImport, SampleNumbering, fail, iter_jsonl
 from rlcockpit.records import Batch, RunInfo
 from rlcockpit.store.base import StoreReader, StoreWriter
 
@@ -76,6 +76,7 @@ def detect_format(path: Path) -> str:
         return "tensorboard"
     if path.suffix == ".parquet":
         return _detect_parquet(path)
+    _check_first_line(path)
     if rlcockpit_files.sniff(path):
         return "rlcockpit"
     if verl_rollout.sniff(path):
@@ -84,6 +85,14 @@ def detect_format(path: Path) -> str:
         return "jsonl-logger"
     raise fail(path, "", "matches no known format (looked at its name and first line)",
                f"Pass --format, one of {', '.join(FORMATS)}")
+
+
+def _check_first_line(path: Path) -> None:
+    """Name the actual problem when a JSON Lines file cannot even be sniffed."""
+    for number, _ in iter_jsonl(path):  # raises for a bad first line, with its number
+        if number:
+            return
+    raise fail(path, "", "is empty", "Pass a file with at least one record")
 
 
 def _detect_parquet(path: Path) -> str:
