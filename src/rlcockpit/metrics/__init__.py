@@ -4,8 +4,9 @@
 - :mod:`rlcockpit.metrics.stats` (numpy): repetition, lengths, KS test, histograms, EMA.
 - :mod:`rlcockpit.metrics.rl` (torch): masked reductions, KL estimators, entropy, GAE, GRPO groups.
 
-Importing this package does not import torch or numpy; ``stats`` and ``rl`` load on first use
-(``rlcockpit.metrics.rl`` or attribute access such as ``rlcockpit.metrics.gae``).
+Importing this package imports nothing else: each module loads on first use
+(``rlcockpit.metrics.rl`` or attribute access such as ``rlcockpit.metrics.gae``), so the catalog
+never pulls in torch or numpy.
 """
 
 from __future__ import annotations
@@ -13,16 +14,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rlcockpit.metrics.catalog import (
-    CATALOG,
-    TRENDS,
-    MetricSpec,
-    catalog_markdown,
-    is_catalog_name,
-    spec_for,
+_LAZY_MODULES = {
+    "catalog": "rlcockpit.metrics.catalog",
+    "ks": "rlcockpit.metrics.ks",
+    "rl": "rlcockpit.metrics.rl",
+    "stats": "rlcockpit.metrics.stats",
+}
+_CATALOG_NAMES = (
+    "CATALOG", "TRENDS", "MetricSpec", "catalog_markdown", "is_catalog_name", "spec_for",
 )
-
-_LAZY_MODULES = {"rl": "rlcockpit.metrics.rl", "stats": "rlcockpit.metrics.stats"}
 _RL_NAMES = (
     "fill_masked", "masked_sum", "masked_mean", "masked_var", "masked_whiten", "masked_max",
     "masked_quantile",
@@ -34,7 +34,8 @@ _STATS_NAMES = (
     "repetition_rate", "distinct_ngram_frac", "length_stats", "ks_2samp", "quantile",
     "percentile", "ema", "histogram",
 )
-_LAZY = {**{n: "rlcockpit.metrics.rl" for n in _RL_NAMES},
+_LAZY = {**{n: "rlcockpit.metrics.catalog" for n in _CATALOG_NAMES},
+         **{n: "rlcockpit.metrics.rl" for n in _RL_NAMES},
          **{n: "rlcockpit.metrics.stats" for n in _STATS_NAMES}}
 
 
@@ -47,5 +48,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["CATALOG", "TRENDS", "MetricSpec", "catalog_markdown", "is_catalog_name", "spec_for"]
-__all__ += sorted(_LAZY)
+__all__ = sorted(_LAZY)

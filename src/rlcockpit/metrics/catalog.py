@@ -25,7 +25,7 @@ TREND_MEANING = {
 
 GROUPS = (
     "reward", "kl", "policy", "value", "advantage", "response", "rollout", "gradients",
-    "optimiser", "system", "evaluation", "distributed",
+    "optimiser", "system", "evaluation", "distributed", "histograms",
 )
 
 
@@ -118,7 +118,8 @@ _KL = _specs("kl", [
      "and steady; compare with kl/mean to tell longer answers from per-token drift."),
     ("kl/token_max", "nats", "down",
      "Largest single-token KL vs the reference in the step. A spike here with a calm kl/mean is "
-     "a token-level KL spike (orange tier): the batch is saved for review."),
+     "a token-level KL spike (orange tier): the batch is saved for review. Healthy: a few nats "
+     "at most, without spikes."),
     ("kl/token_p99", "nats", "down",
      "99th percentile of the token KL vs the reference over valid response tokens. Healthy: "
      "steady; a rising tail precedes a rising kl/mean."),
@@ -197,8 +198,8 @@ _ADVANTAGE = _specs("advantage", [
     ("advantage/whitened_std", "advantage", "flat",
      "Std of the advantages after whitening. Healthy: 1 (0 when every advantage is equal)."),
     ("returns/mean", "return", "up",
-     "Mean GAE return (advantage + value) over valid tokens: the critic's target. Follows the "
-     "reward."),
+     "Mean GAE return (advantage + value) over valid tokens: the critic's target. Healthy: "
+     "follows reward/mean upward."),
 ])
 
 _RESPONSE = _specs("response", [
@@ -206,8 +207,8 @@ _RESPONSE = _specs("response", [
      "Mean number of generated response tokens per sample. Healthy: steady or slowly changing; "
      "sudden growth (> mean + 3 std) is an early collapse signal (seed 002 §1.3)."),
     ("response/length_std", "tokens", "band",
-     "Std of response lengths in the step. A collapse to 0 means every answer has the same "
-     "shape."),
+     "Std of response lengths in the step. Healthy: steady; a collapse to 0 means every answer "
+     "has the same shape."),
     ("response/length_max", "tokens", "none",
      "Longest response in the step; equal to rollout/max_new_tokens when something ran on."),
     ("response/truncated_frac", "fraction", "down",
@@ -219,8 +220,9 @@ _RESPONSE = _specs("response", [
      "Mean over responses of the share of token 3-grams that repeat an earlier 3-gram of the same "
      "response. Healthy: low and steady; a rise is degenerate, looping text."),
     ("response/ppl", "perplexity", "band",
-     "exp(-mean token logprob) of the responses under the rollout policy. A sudden drop is more "
-     "dangerous than a rise: the model repeats one confident pattern (seed 002 §1.2)."),
+     "exp(-mean token logprob) over all valid response tokens under the rollout policy. "
+     "Healthy: slowly falling; a sudden drop is more dangerous than a rise: the model repeats "
+     "one confident pattern (seed 002 §1.2)."),
 ])
 
 _ROLLOUT = _specs("rollout", [
@@ -240,19 +242,22 @@ _GRADIENTS = _specs("gradients", [
      "Global L2 norm of the critic gradient before clipping. Healthy: steady."),
     ("grad/norm/layer/<name>", "L2 norm", "flat",
      "L2 norm of the gradient of one layer group <name> (embedding, block i, head). Seed 000 "
-     "§4.3: an embedding gradient norm of 12.7 (normal < 2.0) located a KL blow-up."),
+     "§4.3: an embedding gradient norm of 12.7 (normal < 2.0) located a KL blow-up. Healthy: "
+     "each layer steady and of the same order as its neighbours."),
     ("grad/clip/actor", "L2 norm", "none",
      "Live parameter: max gradient norm of the actor (clip_grad_norm_), default 1.0."),
     ("grad/clip/embedding", "L2 norm", "none",
      "Live parameter: separate max gradient norm for the embedding layer (seed 000 §4.3: 3.0 "
      "for embeddings, 1.0 for the rest)."),
     ("grad/clip/critic", "L2 norm", "none",
-     "Live parameter: max gradient norm of the critic."),
+     "Live parameter: max gradient norm of the critic (clip_grad_norm_ before each critic "
+     "optimiser step)."),
     ("update/ratio/actor", "ratio", "band",
      "||delta theta|| / ||theta|| of the actor parameters over the step's updates. Healthy: "
      "around 1e-4 to 1e-2; larger means the learning rate is too high."),
     ("update/ratio/critic", "ratio", "band",
-     "||delta theta|| / ||theta|| of the critic parameters over the step's updates."),
+     "||delta theta|| / ||theta|| of the critic parameters over the step's updates. Healthy: "
+     "small and steady, like update/ratio/actor."),
 ])
 
 _OPTIMISER = _specs("optimiser", [
@@ -268,17 +273,21 @@ _SYSTEM = _specs("system", [
      "Wall time of one trainer phase (rollout, score, advantage, update, eval, diagnose, "
      "hotfix) in this step. Healthy: steady; a jump in rollout time is often memory pressure."),
     ("perf/tokens_per_s", "tokens/s", "up",
-     "Generated plus trained tokens per second of wall time over the whole step."),
+     "Response tokens processed per second of the step's wall time: generated once plus "
+     "trained once per PPO epoch. Healthy: steady; time/<phase>_s shows where a fall comes "
+     "from."),
     ("perf/samples_per_s", "samples/s", "up",
-     "Rollout samples per second of wall time over the whole step."),
+     "Rollout samples of the step divided by the step's wall time. Healthy: steady."),
     ("sys/rss_gb", "GB", "flat",
      "Resident memory of the trainer process. Healthy: flat; steady growth is a leak."),
     ("sys/gpu_mem_gb", "GB", "flat",
      "GPU memory allocated by torch (0 on CPU). Healthy: flat below the device size."),
     ("sys/gpu_util", "fraction", "up",
-     "GPU utilisation averaged over the step (0 on CPU)."),
+     "GPU utilisation averaged over the step (0 on CPU). Healthy: high during rollout and "
+     "update; low values mean the GPU waits on data or the host."),
     ("cost/usd_per_step", "USD", "down",
-     "Estimated cost of the step: wall time times the configured hourly price."),
+     "Estimated cost of the step: wall time times the configured hourly price. Healthy: flat "
+     "or falling; a rise usually follows longer responses or slower phases."),
     ("telemetry/dropped_total", "records", "flat",
      "Running count of telemetry records dropped (full queue or store error). Telemetry never "
      "blocks training, so it counts what it lost. Healthy: stays 0."),
@@ -289,10 +298,11 @@ _EVALUATION = _specs("evaluation", [
      "Mean reward on the fixed validation prompts with a fixed sampling seed. Healthy: rises "
      "with reward/mean; a gap that opens is overfitting to the training prompts."),
     ("eval/reward/category/<category>/mean", "reward", "up",
-     "Mean validation reward of the prompts in <category>."),
+     "Mean validation reward of the prompts in <category>. Healthy: rises with "
+     "reward/category/<category>/mean; a falling category is a regression."),
     ("eval/accuracy/<category>", "fraction", "up",
-     "Share of validation prompts in <category> answered correctly by its rule check (e.g. the "
-     "exact math answer)."),
+     "Share of validation prompts in <category> answered correctly by its rule check (mean of "
+     "the info/correct verdict, e.g. the exact math answer). Healthy: rises."),
 ])
 
 _DISTRIBUTED = _specs("distributed", [
@@ -303,10 +313,26 @@ _DISTRIBUTED = _specs("distributed", [
      "Number of ranks whose parameter hash differs from rank 0 after the step. Healthy: 0."),
 ])
 
+_HISTOGRAMS = _specs("histograms", [
+    ("reward/hist", "reward", "up",
+     "Histogram over time of the final reward of each sample in the step (NaN / inf not "
+     "counted). Healthy: the mass moves right; a second mode far right is the first sign of "
+     "reward hacking, a spike at one value is a saturated or broken reward."),
+    ("response/length/hist", "tokens", "band",
+     "Histogram over time of response lengths in the step. Healthy: a stable shape; mass piling "
+     "up at max_new_tokens means run-on outputs, at 1-2 tokens an empty-answer collapse."),
+    ("advantage/hist", "advantage", "flat",
+     "Histogram over time of each sample's mean advantage over its valid tokens. Healthy: "
+     "centred near 0 with both signs; one-sided mass means a biased critic (seed 003 §6.2)."),
+    ("value/hist", "return", "none",
+     "Histogram over time of the critic value at each sample's first response token (the "
+     "critic's estimate of the whole response). Should follow reward/hist."),
+])
+
 CATALOG: dict[str, MetricSpec] = {
     spec.name: spec
     for spec in (*_REWARD, *_KL, *_POLICY, *_VALUE, *_ADVANTAGE, *_RESPONSE, *_ROLLOUT,
-                 *_GRADIENTS, *_OPTIMISER, *_SYSTEM, *_EVALUATION, *_DISTRIBUTED)
+                 *_GRADIENTS, *_OPTIMISER, *_SYSTEM, *_EVALUATION, *_DISTRIBUTED, *_HISTOGRAMS)
 }
 
 # What a template's <variable> may stand for: rank ids are integers, layer names may contain
