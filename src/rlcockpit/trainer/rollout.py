@@ -1,0 +1,137 @@
+"""ROLLOUT: sample responses with our own KV-cached loop, and the forward passes over (prompt, response).
+
+Layout of a batch (seed 003 §3.2): prompts are *left*-padded to width P, responses *right*-padded
+to width R, so every response starts at column P. ``response_mask`` is 1 on generated tokens up to
+and including EOS and 0 on padding — every loss and metric uses it, so prompt and padding tokens
+never count. Position ids follow the attention mask, so left padding does not shift positions.
+
+On a CPU a hand-written sampling loop over the KV cache is faster than ``generate`` for a tiny
+model and gives us exact control: temperature, top-p, a seeded ``torch.Generator``, EOS handling.
+Logprobs are always computed from the *tempered* distribution the tokens were drawn from.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass
+class RolloutBatch:
+    """Token ids and masks of one step's samples (B = prompts * n_samples)."""
+
+    prompt_ids: torch.Tensor  # [B, P] long, left-padded
+    prompt_mask: torch.Tensor  # [B, P] long
+    response_ids: torch.Tensor  # [B, R] long, right-padded with pad_id
+    response_mask: torch.Tensor  # [B, R] float, 1 up to and including EOS
+    truncated: torch.Tensor  # [B] bool: no EOS within max_new_tokens
+
+    @property
+    def size(self) -> int:
+        return int(self.prompt_ids.shape[0])
+
+    @property
+    def prompt_width(self) -> int:
+        return int(self.prompt_ids.shape[1])
+
+    def full(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input_ids, attention_mask, position_ids) of prompt + response, [B, P + R]."""
+        input_ids = torch.cat([self.prompt_ids, self.response_ids], dim=1)
+        attention_mask = torch.cat([self.prompt_mask, self.response_mask.long()], dim=1)
+        return input_ids, attention_mask, positions(attention_mask)
+
+    def select(self, idx: torch.Tensor) -> RolloutBatch:
+        return RolloutBatch(self.prompt_ids[idx], self.prompt_mask[idx], self.response_ids[idx],
+                            self.response_mask[idx], self.truncated[idx])
+
+
+def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        if s:
+            ids[i, width - len(s):] = torch.as_tensor(list(s), dtype=torch.long)
+            mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
+                generator: torch.Generator) -> torch.Tensor:
+    """One token per row from softmax(logits / T), restricted to the top-p nucleus."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(-1) - sorted_probs > top_p  # the top token always stays
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int,
+             temperature: float, top_p: float, eos_id: int, pad_id: int, generator: torch.Generator,
+             on_token: Callable[[int], None] | None = None) -> RolloutBatch:
+    """Sample up to ``max_new_tokens`` per row; rows stop at EOS (kept, masked 1), then pad (masked 0)."""
+    attn = prompt_mask.clone()
+    pos = positions(attn)
+    cache_kw = _cache_keyword(model)
+    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True)
+    past, logits = _cache_of(out), out.logits[:, -1]
+    next_pos = attn.sum(-1)  # position of the first response token in each row
+    finished = torch.zeros(prompt_ids.shape[0], dtype=torch.bool)
+    tokens, valid = [], []
+    for t in range(max_new_tokens):
+        tok = sample_next(logits, temperature, top_p, generator)
+        alive = ~finished
+        tok = torch.where(alive, tok, torch.full_like(tok, pad_id))
+        tokens.append(tok)
+        valid.append(alive)
+        finished = finished | (alive & (tok == eos_id))
+        if on_token is not None:
+            on_token(t + 1)
+        if bool(finished.all()) or t + 1 == max_new_tokens:
+            break
+        attn = torch.cat([attn, alive.long().unsqueeze(1)], dim=1)
+        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn, position_ids=next_pos.unsqueeze(1),
+                    use_cache=True, **{cache_kw: past})
+        past, logits = _cache_of(out), out.logits[:, -1]
+        next_pos = next_pos + alive.long()
+    response_ids = torch.stack(tokens, dim=1)
+    response_mask = torch.stack(valid, dim=1).float()
+    return RolloutBatch(prompt_ids, prompt_mask, response_ids, response_mask, truncated=~finished)
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    # transformers 5 renamed ``past_key_values`` to ``cache``; accept both generations of the API
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def response_logits(model: nn.Module, batch: RolloutBatch, temperature: float) -> torch.Tensor:
+    """Tempered logits that predicted each response token: [B, R, V] (column P-1+t predicts token t)."""
+    input_ids, attention_mask, position_ids = batch.full()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    p = batch.prompt_width
+    return out.logits[:, p - 1:-1].float() / temperature
+
+
+def response_values(critic: nn.Module, batch: RolloutBatch) -> torch.Tensor:
+    """Critic value of the state before each response token: [B, R]."""
+    input_ids, attention_mask, position_ids = batch.full()
+    values = critic(input_ids, attention_mask, position_ids)
+    p = batch.prompt_width
+    return values[:, p - 1:-1]

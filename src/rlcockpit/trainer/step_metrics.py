@@ -1,0 +1,145 @@
+"""The step's catalog metrics (DESIGN.md §4), computed once per step from whole tensors.
+
+Every name produced here is a catalog name (``rlcockpit.metrics.catalog``); docs/trainer.md lists
+which of them the trainer logs and when. Values are plain floats; NaN is allowed (the store keeps
+it) and means "not measurable this step" (e.g. explained variance with constant returns).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from rlcockpit.metrics.rl import (
+    explained_variance,
+    masked_max,
+    masked_mean,
+    masked_quantile,
+    masked_var,
+    perplexity,
+    sequence_sum,
+)
+from rlcockpit.metrics.stats import length_stats, repetition_rate
+from rlcockpit.trainer.live import LIVE_SPECS, LiveParams
+from rlcockpit.trainer.step import StepState
+
+
+def _mean(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else math.nan
+
+
+def reward_metrics(state: StepState, reward_scale: float) -> dict[str, float]:
+    scored, rewards = state.scored, state.rewards
+    finite = np.isfinite(rewards)
+    kept = rewards[finite]
+    out = {
+        "reward/mean": _mean(rewards),
+        "reward/std": float(kept.std()) if kept.size else math.nan,
+        "reward/min": float(kept.min()) if kept.size else math.nan,
+        "reward/max": float(kept.max()) if kept.size else math.nan,
+        "reward/raw/mean": _mean(scored.totals),
+        "reward/normalized/mean": float(state.shaped[torch.as_tensor(finite)].mean()) if kept.size else math.nan,
+    }
+    for name, values in scored.components.items():
+        out[f"reward/{name}/mean"] = _mean(values)
+    categories = np.asarray([it.category for it in state.items])
+    for cat in sorted(set(categories.tolist())):
+        out[f"reward/category/{cat}/mean"] = _mean(rewards[categories == cat])
+    return out
+
+
+def kl_metrics(state: StepState) -> dict[str, float]:
+    mask = state.mask
+    kl = state.token_kl
+    return {
+        "kl/mean": float(sequence_sum(kl, mask).mean()),
+        "kl/token_mean": float(masked_mean(kl, mask)),
+        "kl/token_max": masked_max(kl, mask),
+        "kl/token_p99": masked_quantile(kl, mask, 0.99),
+    }
+
+
+def response_metrics(state: StepState) -> dict[str, float]:
+    mask = state.mask
+    lengths = mask.sum(-1).numpy()
+    ls = length_stats(lengths)
+    truncated = float(state.batch.truncated.float().mean())
+    ids = state.batch.response_ids.tolist()
+    token_lists = [row[: int(n)] for row, n in zip(ids, lengths, strict=True)]
+    return {
+        "response/length_mean": ls["mean"], "response/length_std": ls["std"], "response/length_max": ls["max"],
+        "response/truncated_frac": truncated, "response/eos_frac": 1.0 - truncated,
+        "response/repetition_rate": repetition_rate(token_lists, n=3),
+        "response/ppl": perplexity(state.old_logprobs, mask),
+    }
+
+
+def advantage_metrics(state: StepState) -> dict[str, float]:
+    mask = state.update_mask
+    if not bool((mask != 0).any()):
+        return {}
+    raw = state.raw_advantages
+    out = {
+        "advantage/mean": float(masked_mean(state.advantages, mask)),
+        "advantage/std": math.sqrt(float(masked_var(raw, mask))),
+        "advantage/abs_median": masked_quantile(raw.abs(), mask, 0.5),
+        "advantage/whitened_std": math.sqrt(float(masked_var(state.advantages, mask))),
+    }
+    if state.returns is not None:
+        out["returns/mean"] = float(masked_mean(state.returns, mask))
+    return out
+
+
+def value_metrics(state: StepState) -> dict[str, float]:
+    if state.values_real is None:
+        return {}
+    mask = state.update_mask if bool((state.update_mask != 0).any()) else state.mask
+    return {
+        "value/mean": float(masked_mean(state.values_real, mask)),
+        "value/std": math.sqrt(float(masked_var(state.values_real, mask))),
+        "value/explained_var": explained_variance(state.values_real, state.returns, mask),
+    }
+
+
+def live_metrics(live: LiveParams, *, kl_coef: float, clip_eps: float, actor_lr: float,
+                 critic_lr: float | None, has_critic: bool, adaptive_kl: bool) -> dict[str, float]:
+    """The live parameters, logged every step so a change shows on the charts (effective values for the
+    ones a controller or schedule moves)."""
+    values = live.as_dict()
+    out = {LIVE_SPECS[k].metric: float(v) for k, v in values.items()}
+    out.update({"kl/coef": kl_coef, "policy/clip_eps": clip_eps, "optim/lr/actor": actor_lr})
+    if has_critic and critic_lr is not None:
+        out["optim/lr/critic"] = critic_lr
+    else:
+        for name in ("optim/lr/critic", "value/clip_range", "grad/clip/critic"):
+            out.pop(name, None)
+    if not adaptive_kl:
+        out.pop("kl/target", None)
+    if has_critic and live.value_clip <= 0:
+        out.pop("value/clip_range", None)  # the catalog: empty when clipping is disabled
+    return out
+
+
+def system_metrics(durations: Mapping[str, float], samples: int, tokens: int, wall_s: float) -> dict[str, float]:
+    out = {f"time/{phase.lower()}_s": float(d) for phase, d in durations.items()}
+    if wall_s > 0:
+        out["perf/tokens_per_s"] = tokens / wall_s
+        out["perf/samples_per_s"] = samples / wall_s
+    out["sys/rss_gb"] = rss_gb()
+    return out
+
+
+def rss_gb() -> float:
+    """Current resident memory (Linux /proc), else the peak from getrusage."""
+    try:
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 1e9
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux

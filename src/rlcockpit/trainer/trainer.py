@@ -1,0 +1,430 @@
+"""The PPO / GRPO trainer as an explicit phase machine (DESIGN.md §3).
+
+    INIT → ROLLOUT → SCORE → ADVANTAGE → UPDATE → (EVAL) → DIAGNOSE → HOTFIX → (CHECKPOINT) → ROLLOUT …
+
+:meth:`Trainer.run` reads top to bottom; each phase is one method. Every phase is timed
+(``time/<phase>_s``), recorded as a phase record (started / finished / failed) and watched for
+overruns. Live parameters change only in HOTFIX. Everything a step measures is logged once per
+step, then the step is committed as one unit.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlcockpit.config import to_dict
+from rlcockpit.metrics.rl import kl_per_token, logprobs_from_logits
+from rlcockpit.trainer import step_metrics as sm
+from rlcockpit.trainer.checkpoint import checkpoint_dir, load_state, prune, save_checkpoint
+from rlcockpit.trainer.config import TrainConfig
+from rlcockpit.trainer.evaluation import Evaluator, decode_responses
+from rlcockpit.trainer.live import LiveControl, LiveParams, PendingChange
+from rlcockpit.trainer.phases import PhaseClock
+from rlcockpit.trainer.rollout import generate, left_pad, response_logits, response_values
+from rlcockpit.trainer.samples import TokenText, build_samples, histogram_values
+from rlcockpit.trainer.setup import Components, build_components
+from rlcockpit.trainer.step import StepState, grpo_advantages, ppo_advantages, shape_rewards
+from rlcockpit.trainer.update import Updater
+
+log = logging.getLogger("rlcockpit.trainer")
+StepObserver = Callable[[int, dict[str, float]], Any]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_id: str
+    status: str  # finished | stopped | failed
+    step: int
+    metrics: dict[str, float]
+    checkpoint: str | None
+    store: str
+
+
+class Trainer:
+    """``Trainer(cfg).run()``; ``trainer.live`` is the thread-safe inbox for live changes and commands."""
+
+    def __init__(self, config: TrainConfig, *, resume_from: str | Path | None = None,
+                 observers: Sequence[StepObserver] = ()) -> None:
+        self.cfg = config
+        self.live = LiveControl(LiveParams.from_config(config))
+        self.observers: list[StepObserver] = list(observers)
+        self.resume_from = Path(resume_from) if resume_from else None
+        self.telemetry: Any = None
+        self.c: Components | None = None
+        self.step = 0
+        self.last_metrics: dict[str, float] = {}
+        self.last_checkpoint: str | None = None
+        self.paused = self.stop_requested = False
+        self.nonfinite_total = 0
+        self.prev_kl_mean = math.nan
+        self._checkpoint_requests: list[PendingChange] = []
+        self._eval_pending: dict[str, float] = {}
+        self._step_started = 0.0
+        self.clock = PhaseClock(config.timeouts.limit, abort=config.timeouts.on_timeout == "abort",
+                                on_start=self._phase_started, on_end=self._phase_ended,
+                                on_overrun=self._phase_overrun)
+
+    def add_observer(self, fn: StepObserver) -> None:
+        """Called in DIAGNOSE with (step, metrics); the diagnostics engine plugs in here."""
+        self.observers.append(fn)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> TrainResult:
+        self.init()
+        try:
+            if self.step == 0:
+                self.evaluate(0)
+                self.hotfix(0)
+            while self.step < self.cfg.train.steps and not self.stop_requested:
+                state = self.rollout(self.step + 1)
+                self.score(state)
+                self.advantage(state)
+                self.update(state)
+                if self._eval_due(state.step):
+                    self.evaluate(state.step)
+                self.diagnose(state)
+                self.step = state.step
+                self.hotfix(state.step)
+        except KeyboardInterrupt:
+            self.finish("stopped", reason="interrupted")
+            raise
+        except BaseException:
+            self.finish("failed", reason=None)
+            raise
+        return self.finish("stopped" if self.stop_requested else "finished", reason="end")
+
+    # ------------------------------------------------------------------ phases
+
+    def init(self) -> None:
+        """Load models, prompts and reward function (fail fast), restore a checkpoint, open the run."""
+        t0 = time.perf_counter()
+        state = load_state(self.resume_from) if self.resume_from else None
+        actor_dir = self.resume_from / "actor" if self.resume_from else None
+        self.c = build_components(self.cfg, actor_dir)
+        self.updater = Updater(self.c.actor, self.c.critic, self.cfg)
+        self.rollout_gen = torch.Generator().manual_seed(self.cfg.seed)
+        self.token_text = TokenText(self.c.tokenizer)
+        self.evaluator = Evaluator(self.c.eval_items, self.cfg.eval, self.c.tokenizer, self.c.reward_fn,
+                                   self.c.tokenizer.pad_token_id, self.c.tokenizer.eos_token_id)
+        self.live.tighten("max_new_tokens", 1, self.c.max_new_tokens_limit)
+        if self.c.clip_ctl is not None:
+            self.live.tighten("clip_eps", self.cfg.ppo.clip_eps_min, self.cfg.ppo.clip_eps_max)
+        if state is not None:
+            self.load_state_dict(state)
+        self.telemetry = self._open_run(state["run_id"] if state else None)
+        duration = time.perf_counter() - t0
+        self._phase_ended("INIT", self.step, duration, True)
+        if state is None:
+            self.clock.durations["INIT"] = duration  # logged as time/init_s at step 0
+        if self.c.skipped_prompts:
+            self.telemetry.event(self.step, "prompts_skipped", {"count": self.c.skipped_prompts,
+                                                                "max_prompt_tokens": self.cfg.data.max_prompt_tokens})
+
+    def rollout(self, step: int) -> StepState:
+        self._step_started = time.perf_counter()
+        with self.clock.phase("ROLLOUT", step):
+            live, c, n = self.live.params, self.c, self.cfg.rollout.n_samples
+            prompts = c.source.next_batch()
+            items = [it for it in prompts for _ in range(n)]
+            ids, mask = left_pad([it.token_ids for it in items], c.tokenizer.pad_token_id)
+            batch = generate(c.actor, ids, mask, max_new_tokens=live.max_new_tokens, temperature=live.temperature,
+                             top_p=live.top_p, eos_id=c.tokenizer.eos_token_id, pad_id=c.tokenizer.pad_token_id,
+                             generator=self.rollout_gen)
+            responses = decode_responses(c.tokenizer, batch.response_ids, batch.response_mask,
+                                         c.tokenizer.eos_token_id)
+            return StepState(step, items, [i // n for i in range(len(items))], batch, responses)
+
+    def score(self, state: StepState) -> None:
+        """Rewards, old and reference logprobs, critic values (frozen forward passes, no grad)."""
+        with self.clock.phase("SCORE", state.step), torch.no_grad():
+            c, temperature = self.c, self.live.params.temperature
+            state.scored = c.reward_fn([it.prompt for it in state.items], state.responses,
+                                       [it.meta for it in state.items], state.step)
+            ids = state.batch.response_ids
+            state.old_logprobs = logprobs_from_logits(response_logits(c.actor, state.batch, temperature), ids)
+            state.ref_logprobs = logprobs_from_logits(response_logits(c.reference, state.batch, temperature), ids)
+            kl = kl_per_token(state.old_logprobs, state.ref_logprobs, self.cfg.kl.estimator)
+            state.token_kl = torch.where(state.mask != 0, kl, torch.zeros_like(kl))
+            if c.critic is not None:
+                state.values = response_values(c.critic, state.batch)
+                vn = c.value_norm
+                state.values_real = vn.denormalize(state.values).float() if vn else state.values
+
+    def advantage(self, state: StepState) -> None:
+        with self.clock.phase("ADVANTAGE", state.step):
+            live = self.live.params
+            state.rewards = state.scored.totals * live.reward_scale
+            finite = np.isfinite(state.rewards)
+            self.nonfinite_total += int((~finite).sum())
+            state.shaped = shape_rewards(state.rewards, self.c.reward_rms, self.cfg.reward.clip)
+            state.update_mask = state.mask * torch.as_tensor(finite, dtype=state.mask.dtype).unsqueeze(1)
+            state.kl_coef = self.c.kl_ctl.coef
+            state.clip_eps = self.c.clip_ctl.eps if self.c.clip_ctl else live.clip_eps
+            if self.cfg.algo == "ppo":
+                p = self.cfg.ppo
+                ppo_advantages(state, gamma=p.gamma, lam=p.lam, whiten=p.whiten_advantages,
+                               value_norm=self.c.value_norm)
+            else:
+                grpo_advantages(state, self.cfg.rollout.n_samples)
+
+    def update(self, state: StepState) -> None:
+        """Minibatches x epochs, then the adaptive KL and clip controllers move for the next step."""
+        with self.clock.phase("UPDATE", state.step):
+            live = self.live.params
+            self.updater.set_lrs(state.step, live)
+            state.update_stats = self.updater.run(
+                state, live, live.temperature,
+                on_epoch=lambda e, n: self.telemetry.phase(state.step, "UPDATE", "running", progress=e / n))
+            kl_mean = float(state.token_kl.sum(-1).mean())
+            self.c.kl_ctl.update(kl_mean, state.size)
+            if self.c.clip_ctl is not None:
+                self.c.clip_ctl.update(state.update_stats.get("policy/entropy", math.nan))
+
+    def evaluate(self, step: int) -> None:
+        """Validation prompts, fixed sampling seed; logged at ``step`` and shown to the observers."""
+        if not self.c.eval_items or self.cfg.eval.every <= 0:
+            return
+        with self.clock.phase("EVAL", step):
+            metrics = self.evaluator.run(self.c.actor, step, self.live.params.max_new_tokens)
+            self.telemetry.log(step, metrics)
+        self._eval_pending = metrics
+        if step == 0:  # no DIAGNOSE before the first step: show the baseline to the observers here
+            self._eval_pending = {}
+            self.last_metrics = dict(metrics)
+            for fn in list(self.observers):
+                self._call_observer(fn, step, dict(metrics))
+
+    def diagnose(self, state: StepState) -> None:
+        """Log the step (metrics, histograms, samples), run the step observers and the NaN guard."""
+        with self.clock.phase("DIAGNOSE", state.step):
+            metrics = self._step_metrics(state)
+            self._log_step(state, metrics)
+            self._guard(state)
+            seen = {**metrics, **self._eval_pending}
+            self._eval_pending = {}
+            for fn in list(self.observers):
+                self._call_observer(fn, state.step, seen)
+        self.last_metrics = seen
+
+    def hotfix(self, step: int) -> None:
+        """Apply queued live-parameter changes and commands; wait here while paused; checkpoint if due."""
+        with self.clock.phase("HOTFIX", step):
+            for item in self.live.drain():
+                self._handle(item, step)
+        self._wait_while_paused(step)
+        every = self.cfg.checkpoint.every
+        if step > 0 and every > 0 and step % every == 0:
+            self.checkpoint(step, "periodic")
+        for item in self._take_checkpoint_requests():
+            path = self.checkpoint(step, "on_demand")
+            item.resolve(step, path=path)
+        self.telemetry.log(step, {f"time/{p.lower()}_s": d for p, d in self.clock.take_durations().items()})
+        self.telemetry.commit(step)
+
+    def checkpoint(self, step: int, reason: str) -> str:
+        with self.clock.phase("CHECKPOINT", step):
+            path = checkpoint_dir(self.cfg.checkpoint.dir, self.telemetry.run_id, step)
+            save_checkpoint(path, actor=self.c.actor, tokenizer=self.c.tokenizer, critic=self.c.critic,
+                            state=self.state_dict(), reason=reason)
+            if reason == "periodic":
+                prune(path.parent, self.cfg.checkpoint.keep)
+            self.telemetry.checkpoint(step, str(path), reason=reason)
+        self.last_checkpoint = str(path)
+        return str(path)
+
+    def finish(self, status: str, reason: str | None) -> TrainResult:
+        """Final checkpoint (unless failed), close the run with its status."""
+        try:
+            saved = bool(self.last_checkpoint and self.last_checkpoint.endswith(f"step_{self.step:07d}"))
+            if self.telemetry is not None and reason and self.cfg.checkpoint.at_end and self.step > 0 and not saved:
+                self.checkpoint(self.step, reason)
+        finally:
+            self.clock.close()
+            if self.telemetry is not None:
+                self.telemetry.close(status=status)
+        run_id = self.telemetry.run_id if self.telemetry is not None else ""
+        return TrainResult(run_id, status, self.step, dict(self.last_metrics), self.last_checkpoint,
+                           self.cfg.telemetry.store)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _eval_due(self, step: int) -> bool:
+        every = self.cfg.eval.every
+        return every > 0 and (step % every == 0 or step == self.cfg.train.steps)
+
+    def _open_run(self, run_id: str | None) -> Any:
+        import rlcockpit
+        from rlcockpit.telemetry import TokenArrayPolicy
+
+        t = self.cfg.telemetry
+        policy = TokenArrayPolicy(recent_steps=t.token_arrays_recent_steps,
+                                  subset_per_step=t.token_arrays_subset_per_step, seed=t.token_arrays_seed)
+        name = self.cfg.name or None
+        return rlcockpit.init(project=self.cfg.project, name=name or f"{self.cfg.algo}", store=t.store,
+                              config=to_dict(self.cfg), run_id=run_id, resume=run_id is not None,
+                              token_arrays=policy)
+
+    def _step_metrics(self, state: StepState) -> dict[str, float]:
+        live, c = self.live.params, self.c
+        stats = dict(state.update_stats)
+        skipped = int(stats.pop("update/skipped/actor", 0) + stats.pop("update/skipped/critic", 0))
+        state.update_stats["skipped"] = skipped
+        metrics = {**sm.reward_metrics(state, live.reward_scale), **sm.kl_metrics(state),
+                   **sm.response_metrics(state), **sm.advantage_metrics(state), **sm.value_metrics(state), **stats}
+        metrics["reward/nonfinite_total"] = float(self.nonfinite_total)
+        if self.cfg.algo == "grpo":
+            metrics["reward/frac_zero_std_groups"] = state.zero_std_groups / self.cfg.rollout.batch_size
+        if math.isfinite(self.prev_kl_mean):  # no previous step, no cycle delta
+            metrics["kl/cycle_delta"] = metrics["kl/mean"] - self.prev_kl_mean
+        self.prev_kl_mean = metrics["kl/mean"]
+        critic_lr = self.updater.critic_opt.lr if self.updater.critic_opt else None
+        metrics.update(sm.live_metrics(live, kl_coef=state.kl_coef, clip_eps=state.clip_eps,
+                                       actor_lr=self.updater.actor_opt.lr, critic_lr=critic_lr,
+                                       has_critic=c.critic is not None, adaptive_kl=self.cfg.kl.adaptive))
+        wall = time.perf_counter() - self._step_started
+        tokens = int(state.mask.sum()) * (1 + live.ppo_epochs)  # generated once, trained ppo_epochs times
+        metrics.update(sm.system_metrics(self.clock.take_durations(), state.size, tokens, wall))
+        return metrics
+
+    def _log_step(self, state: StepState, metrics: dict[str, float]) -> None:
+        t = self.telemetry
+        t.log(state.step, metrics)
+        for name, values in histogram_values(state).items():
+            t.log_histogram(state.step, name, values, bins=self.cfg.telemetry.histogram_bins)
+        if self.cfg.telemetry.log_samples:
+            t.log_samples(state.step, build_samples(state, self.token_text))
+
+    def _guard(self, state: StepState) -> None:
+        """Built-in check: report skipped (non-finite) optimizer steps and dropped non-finite rewards."""
+        skipped = int(state.update_stats.get("skipped", 0))
+        if skipped:
+            self.telemetry.event(state.step, "nonfinite_update_skipped",
+                                 {"skipped": skipped, "skipped_total": self.updater.skipped_total})
+            log.warning("step %d: %d optimizer step(s) skipped (non-finite loss or gradient)", state.step, skipped)
+        bad = np.flatnonzero(~np.isfinite(state.rewards))
+        if bad.size:
+            self.telemetry.event(state.step, "nonfinite_reward",
+                                 {"sample_ids": bad.tolist(), "count": int(bad.size),
+                                  "nonfinite_total": self.nonfinite_total})
+
+    def _call_observer(self, fn: StepObserver, step: int, metrics: dict[str, float]) -> None:
+        try:
+            fn(step, metrics)
+        except Exception as exc:  # fail soft: a broken observer must not stop training
+            log.warning("step observer %r failed at step %d: %s", fn, step, exc)
+            self.telemetry.event(step, "observer_error", {"observer": repr(fn), "error": repr(exc)})
+
+    def _handle(self, item: PendingChange, step: int) -> None:
+        if item.kind == "live_params":
+            self._apply_live(item, step)
+        elif item.kind == "checkpoint":
+            self._checkpoint_requests.append(item)
+        else:
+            self.paused = {"pause": True, "resume": False}.get(item.kind, self.paused)
+            self.stop_requested = self.stop_requested or item.kind == "stop"
+            self.telemetry.event(step, {"pause": "paused", "resume": "resumed", "stop": "stop_requested"}[item.kind],
+                                 {"reason": item.reason, "requested_by": item.requested_by})
+            item.resolve(step)
+
+    def _apply_live(self, item: PendingChange, step: int) -> None:
+        before = self.live.params
+        after = before.replaced(item.changes)
+        if "kl_coef" in item.changes:
+            self.c.kl_ctl.coef = after.kl_coef
+        if "kl_target" in item.changes and self.cfg.kl.adaptive:
+            self.c.kl_ctl.target = after.kl_target
+        if "clip_eps" in item.changes and self.c.clip_ctl is not None:
+            self.c.clip_ctl.base_eps = after.clip_eps
+        self.live.set_params(after)
+        keys = sorted(item.changes)
+        self.telemetry.event(step, "live_params_applied", {
+            "request_id": item.request_id, "step": step, "reason": item.reason, "requested_by": item.requested_by,
+            "before": {k: getattr(before, k) for k in keys}, "after": {k: getattr(after, k) for k in keys}})
+        item.resolve(step)
+
+    def _wait_while_paused(self, step: int) -> None:
+        if not self.paused:
+            return
+        with self.clock.phase("PAUSED", step):
+            while self.paused and not self.stop_requested:
+                if self.live.wait(0.2):
+                    for item in self.live.drain():
+                        self._handle(item, step)
+
+    def _take_checkpoint_requests(self) -> list[PendingChange]:
+        items, self._checkpoint_requests = self._checkpoint_requests, []
+        return items
+
+    # ------------------------------------------------------------------ phase records
+
+    def _phase_started(self, phase: str, step: int) -> None:
+        if self.telemetry is not None:
+            self.telemetry.phase(step, phase, "started", progress=0.0)
+
+    def _phase_ended(self, phase: str, step: int, duration: float, ok: bool) -> None:
+        if self.telemetry is not None:
+            self.telemetry.phase(step, phase, "finished" if ok else "failed", duration_s=duration,
+                                 progress=1.0 if ok else None)
+
+    def _phase_overrun(self, phase: str, step: int, elapsed: float, limit: float) -> None:
+        log.warning("phase %s at step %d has run %.1f s, over its limit of %g s", phase, step, elapsed, limit)
+        if self.telemetry is not None:
+            self.telemetry.event(step, "phase_timeout", {"phase": phase, "elapsed_s": elapsed, "limit_s": limit,
+                                                         "action": self.cfg.timeouts.on_timeout})
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        c, u = self.c, self.updater
+        return {
+            "run_id": self.telemetry.run_id, "step": self.step, "config": to_dict(self.cfg),
+            "actor_optim": u.actor_opt.optimizer.state_dict(),
+            "critic_optim": u.critic_opt.optimizer.state_dict() if u.critic_opt else None,
+            "kl_controller": c.kl_ctl.state_dict(),
+            "clip_controller": c.clip_ctl.state_dict() if c.clip_ctl else None,
+            "reward_rms": c.reward_rms.state_dict() if c.reward_rms else None,
+            "value_norm": c.value_norm.state_dict() if c.value_norm else None,
+            "live": self.live.params.as_dict(), "data": c.source.state_dict(),
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                    "rollout": self.rollout_gen.get_state(), "update": u.generator.get_state()},
+            "counters": {"nonfinite_total": self.nonfinite_total, "prev_kl_mean": self.prev_kl_mean,
+                         "skipped_actor": u.actor_opt.skipped_total,
+                         "skipped_critic": u.critic_opt.skipped_total if u.critic_opt else 0},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        c, u = self.c, self.updater
+        self.step = int(state["step"])
+        u.actor_opt.optimizer.load_state_dict(state["actor_optim"])
+        if u.critic_opt is not None:
+            u.critic_opt.optimizer.load_state_dict(state["critic_optim"])
+            c.critic.load_state_dict(torch.load(self.resume_from / "critic.pt", map_location="cpu"))
+        c.kl_ctl.load_state_dict(state["kl_controller"])
+        for obj, key in ((c.clip_ctl, "clip_controller"), (c.reward_rms, "reward_rms"), (c.value_norm, "value_norm")):
+            if obj is not None and state.get(key) is not None:
+                obj.load_state_dict(state[key])
+        self.live.set_params(LiveParams(**state["live"]))
+        c.source.load_state_dict(state["data"])
+        rng = state["rng"]
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        self.rollout_gen.set_state(rng["rollout"])
+        u.generator.set_state(rng["update"])
+        counters = state["counters"]
+        self.nonfinite_total = int(counters["nonfinite_total"])
+        self.prev_kl_mean = float(counters["prev_kl_mean"])
+        u.actor_opt.skipped_total = int(counters["skipped_actor"])
+        if u.critic_opt is not None:
+            u.critic_opt.skipped_total = int(counters["skipped_critic"])
