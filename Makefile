@@ -59,3 +59,23 @@ bench-trainer: $(STAMP) $(TRL_VENV)/.installed $(TRL_PPO_VENV)/.installed
 
 bench-learning: $(STAMP)
 	$(PY) benchmarks/learning.py
+
+# Telemetry and store benchmarks (benchmarks/README.md). MLflow, W&B and TensorBoard(X) live ONLY in
+# .benchvenv-trackers, never in the project's extras; torch is pinned first, as for the project venv.
+# The [train] extra lets benchmarks/telemetry.py time real tiny-world PPO steps. BENCH_ARGS passes
+# flags through, e.g. `make bench-telemetry BENCH_ARGS=--token-arrays`.
+TRACKERS_VENV ?= .benchvenv-trackers
+BENCH_ARGS    ?=
+.PHONY: bench-telemetry bench-store
+
+$(TRACKERS_VENV)/.installed: benchmarks/requirements-trackers.txt pyproject.toml
+	$(PYTHON) -m venv $(TRACKERS_VENV)
+	$(TRACKERS_VENV)/bin/pip install --quiet torch==2.13.0
+	$(TRACKERS_VENV)/bin/pip install --quiet -e ".[train]" -r benchmarks/requirements-trackers.txt
+	touch $@
+
+bench-telemetry: $(TRACKERS_VENV)/.installed
+	$(TRACKERS_VENV)/bin/python benchmarks/telemetry.py $(BENCH_ARGS)
+
+bench-store: $(TRACKERS_VENV)/.installed
+	$(TRACKERS_VENV)/bin/python benchmarks/store_queries.py $(BENCH_ARGS)

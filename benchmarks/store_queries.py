@@ -1,0 +1,647 @@
+"""Query speed of the rlcockpit SQLite store on a big run, and the same questions asked of MLflow's
+sqlite store and TensorBoard event files.
+
+The fixture (built once, cached under ``--cache-dir`` keyed by its parameters and the store's
+source, ``--rebuild`` to force): one run of 100k steps x 60 metrics and 1M samples (10 per step,
+~256 B prompt, ~768 B response, reward + 3 components, a category, ~10 % flagged), written through
+the store writer API (``write_batch``) in big batches.
+
+Timed, median of ``--runs`` runs after one warm-up run (which is reported as ``first_ms``):
+  curve      read_series(one metric, max_points=1000)                        target <= 50 ms
+  page       query_samples(category + reward range + step range, 50 + total)  target <= 100 ms
+  histogram  sample_histogram(field="reward", bins=50) over all samples        target <= 200 ms
+
+Competitors, asked the natural way for each:
+  MLflow (sqlite backend)  curve: MlflowClient.get_metric_history (all points, no downsampling);
+                           samples logged with mlflow.log_table (one table artifact); page and
+                           histogram: mlflow.load_table + pandas filter / numpy histogram.
+  TensorBoard event files  curve: EventAccumulator(...).Reload() + Scalars(tag); samples are text
+                           summaries, which TensorBoard cannot filter or aggregate (n/a).
+A competitor build that would take longer than ``--competitor-budget-s`` is scaled down; the
+output says so, and load-everything timings are also extrapolated linearly to the full size.
+
+Run: ``make bench-store`` or ``python benchmarks/store_queries.py [--quick] [--rebuild]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import (
+    CATEGORIES,
+    COMPONENTS,
+    fmt,
+    module_available,
+    package_version,
+    print_json_last_line,
+    stdout_to_stderr,
+    summarize_ms,
+    target,
+    time_call,
+)
+
+CURVE_TARGET_MS = 50.0
+PAGE_TARGET_MS = 100.0
+HIST_TARGET_MS = 200.0
+RUN_ID = "bench-store"
+CURVE_METRIC = "reward/mean"
+FLAGS = ("truncated", "rule_violation", "low_confidence")
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """Size of the benchmark run."""
+
+    steps: int
+    metrics: int
+    samples_per_step: int
+    prompt_bytes: int = 256
+    response_bytes: int = 768
+
+    @property
+    def samples(self) -> int:
+        return self.steps * self.samples_per_step
+
+    def key(self, salt: str) -> str:
+        text = f"{self.steps}-{self.metrics}-{self.samples_per_step}-{self.prompt_bytes}-" \
+               f"{self.response_bytes}-{salt}"
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def metric_names(n: int) -> list[str]:
+    """The curve metric first, then filler names; the first 60 read like catalog names."""
+    base = [CURVE_METRIC] + [f"bench/metric_{i:02d}" for i in range(1, max(n, 1))]
+    return base[:n]
+
+
+def query_window(fx: Fixture) -> dict[str, Any]:
+    """The filtered page asked of every backend: one category, a reward band, 60 % of the steps."""
+    return {"category": "math", "reward_min": 0.0, "reward_max": 0.5,
+            "step_min": fx.steps // 5, "step_max": fx.steps * 4 // 5}
+
+
+# --- synthetic data -----------------------------------------------------------------------------
+
+class TextPool:
+    """Pre-made texts picked by index: realistic row sizes without generating 2M strings."""
+
+    def __init__(self, n_bytes: int, size: int = 2048, seed: int = 0) -> None:
+        from _common import _text
+
+        rng = np.random.default_rng(seed)
+        self.texts = [_text(rng, n_bytes) for _ in range(size)]
+
+    def __getitem__(self, i: int) -> str:
+        return self.texts[i % len(self.texts)]
+
+
+def curves(rng: np.random.Generator, steps: np.ndarray, n_metrics: int) -> np.ndarray:
+    """Random walks with rare spikes, shape (len(steps), n_metrics)."""
+    walk = np.cumsum(rng.normal(0, 0.01, (len(steps), n_metrics)), axis=0)
+    spikes = rng.random((len(steps), n_metrics)) < 1e-4
+    return walk + spikes * rng.normal(0, 5, (len(steps), n_metrics))
+
+
+@dataclass
+class SampleColumns:
+    step: np.ndarray
+    sample_id: np.ndarray
+    category: list[str]
+    reward: np.ndarray
+    components: np.ndarray
+    flags: list[tuple[str, ...]]
+
+
+def sample_columns(rng: np.random.Generator, steps: np.ndarray, per_step: int) -> SampleColumns:
+    n = len(steps) * per_step
+    comps = rng.uniform(-1, 1, (n, len(COMPONENTS)))
+    flag_draw = rng.integers(0, 10 * len(FLAGS), n)
+    return SampleColumns(
+        step=np.repeat(steps, per_step), sample_id=np.tile(np.arange(per_step), len(steps)),
+        category=[CATEGORIES[i] for i in rng.integers(0, len(CATEGORIES), n)],
+        reward=comps.mean(axis=1), components=comps,
+        flags=[(FLAGS[f],) if f < len(FLAGS) else () for f in flag_draw])
+
+
+# --- rlcockpit fixture --------------------------------------------------------------------------
+
+def store_salt() -> str:
+    """Hash of the store's source: a changed schema or writer rebuilds the cached fixture."""
+    import rlcockpit.store as store_pkg
+
+    h = hashlib.sha1()
+    for path in sorted(Path(store_pkg.__file__).parent.glob("*.py")):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:10]
+
+
+def rlcockpit_batches(fx: Fixture, chunk_steps: int) -> Iterator[tuple[int, Any]]:
+    """(steps in chunk, Batch) pairs covering the whole fixture."""
+    from rlcockpit.records import Batch, MetricPoint, SampleRecord
+
+    rng = np.random.default_rng(1)
+    names = metric_names(fx.metrics)
+    prompts, responses = TextPool(fx.prompt_bytes, seed=2), TextPool(fx.response_bytes, seed=3)
+    level = np.zeros(fx.metrics)
+    for start in range(0, fx.steps, chunk_steps):
+        steps = np.arange(start, min(start + chunk_steps, fx.steps))
+        values = curves(rng, steps, fx.metrics) + level
+        level = values[-1]
+        wall = 1.7e9 + steps.astype(float)
+        metrics = [MetricPoint(int(s), name, float(v), float(w))
+                   for s, row, w in zip(steps.tolist(), values.tolist(), wall.tolist(), strict=True)
+                   for name, v in zip(names, row, strict=True)]
+        c = sample_columns(rng, steps, fx.samples_per_step)
+        samples = [
+            SampleRecord(step=int(c.step[i]), sample_id=int(c.sample_id[i]), prompt=prompts[i],
+                         response=responses[i * 7], reward=float(c.reward[i]),
+                         prompt_id=f"p{i % 5000:04d}", group_id=int(c.sample_id[i]) // 4,
+                         category=c.category[i],
+                         components=dict(zip(COMPONENTS, c.components[i].tolist(), strict=True)),
+                         flags=c.flags[i], length=200)
+            for i in range(len(c.step))]
+        yield len(steps), Batch(metrics=metrics, samples=samples)
+
+
+def build_rlcockpit(path: Path, fx: Fixture, progress: Callable[[int], None]) -> None:
+    from rlcockpit.records import RunInfo
+    from rlcockpit.store import open_store
+
+    store = open_store(f"sqlite:///{path}")
+    writer = store.writer()
+    writer.create_run(RunInfo(run_id=RUN_ID, project="bench", name="store-queries",
+                              started_at=1.7e9, config={"fixture": fx.__dict__}))
+    for n_steps, batch in rlcockpit_batches(fx, chunk_steps=500):
+        writer.write_batch(RUN_ID, batch)
+        progress(n_steps)
+    writer.set_run_status(RUN_ID, "finished", ended_at=1.7e9 + fx.steps)
+    writer.close()
+    close = getattr(store, "close", None)
+    if close:
+        close()
+
+
+def cached(path: Path, rebuild: bool, build: Callable[[Path], None]) -> tuple[Path, bool]:
+    """Build ``path`` unless a complete build is there; a marker file tells complete from
+    interrupted builds. Returns (path, reused)."""
+    marker = path.with_name(path.name + ".complete")
+    if marker.exists() and path.exists() and not rebuild:
+        return path, True
+    for stale in path.parent.glob(path.name + "*"):
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    build(path)
+    marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
+    return path, False
+
+
+def with_progress(total: int, label: str, build: Callable[[Callable[[int], None]], None]) -> float:
+    """Run ``build(advance)`` under a rich progress bar on stderr; returns seconds."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    t0 = time.perf_counter()
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task(label, total=total)
+        build(lambda n: bar.advance(task, n))
+    return time.perf_counter() - t0
+
+
+# --- query timing -------------------------------------------------------------------------------
+
+@dataclass
+class QueryResult:
+    backend: str
+    query: str
+    how: str
+    status: str = "ok"
+    median_ms: float = math.nan
+    first_ms: float = math.nan
+    rows: int | None = None
+    scale: float = 1.0  # built size / full size (1.0 = full size)
+    extrapolated_ms: float | None = None  # linear extrapolation to the full size when scaled
+    target_ms: float | None = None
+    note: str = ""
+
+    def result(self) -> str:
+        if self.target_ms is None:
+            return ""
+        return target(self.median_ms if self.status == "ok" else None, "<=", self.target_ms)
+
+
+def timed(backend: str, query: str, how: str, fn: Callable[[], Any], runs: int,
+          count: Callable[[Any], int], **kw: Any) -> QueryResult:
+    res = QueryResult(backend, query, how, **kw)
+    t0 = time.perf_counter()
+    first = fn()
+    res.first_ms = (time.perf_counter() - t0) * 1e3
+    durations, out = time_call(fn, runs=runs, warmup=0)
+    res.median_ms = summarize_ms(durations)["median_ms"]
+    res.rows = count(out if out is not None else first)
+    if res.scale < 1.0:
+        res.extrapolated_ms = res.median_ms / res.scale
+    return res
+
+
+def rlcockpit_queries(path: Path, fx: Fixture, runs: int) -> list[QueryResult]:
+    from rlcockpit.store import open_store
+    from rlcockpit.store.base import SampleQuery
+
+    reader = open_store(f"sqlite:///{path}").reader()
+    q = SampleQuery(limit=50, offset=0, **query_window(fx))
+    out = [
+        timed("rlcockpit", "curve", "read_series(max_points=1000)",
+              lambda: reader.read_series(RUN_ID, [CURVE_METRIC], max_points=1000), runs,
+              lambda r: len(r[CURVE_METRIC].steps), target_ms=CURVE_TARGET_MS),
+        timed("rlcockpit", "page", "query_samples(category, reward, steps; 50 + total)",
+              lambda: reader.query_samples(RUN_ID, q), runs, lambda p: p.total,
+              target_ms=PAGE_TARGET_MS),
+    ]
+    if hasattr(reader, "sample_histogram"):
+        out.append(timed("rlcockpit", "histogram", "sample_histogram(reward, bins=50)",
+                         lambda: reader.sample_histogram(RUN_ID, field="reward", bins=50), runs,
+                         _hist_total, target_ms=HIST_TARGET_MS))
+    else:
+        out.append(QueryResult("rlcockpit", "histogram", "sample_histogram", target_ms=HIST_TARGET_MS,
+                               status="missing: the reader has no sample_histogram"))
+    reader.close()
+    return out
+
+
+def _hist_total(h: Any) -> int:
+    counts = getattr(h, "counts", None)
+    if counts is None and isinstance(h, dict):
+        counts = h.get("counts")
+    if counts is None and isinstance(h, tuple) and len(h) == 2:
+        counts = h[1] if len(h[1]) < len(h[0]) else h[0]
+    return int(sum(counts)) if counts is not None else -1
+
+
+# --- MLflow -------------------------------------------------------------------------------------
+
+@dataclass
+class CompetitorPlan:
+    """How big a competitor's fixture is, relative to the full one."""
+
+    steps: int
+    metrics: int
+    samples: int
+    metric_scale: float = 1.0
+    sample_scale: float = 1.0
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_size(full_rows: int, rows_per_s: float, budget_s: float, what: str,
+              notes: list[str]) -> float:
+    """Fraction of ``full_rows`` that builds within ``budget_s`` at the measured rate."""
+    estimate = full_rows / max(rows_per_s, 1e-9)
+    if estimate <= budget_s:
+        return 1.0
+    scale = budget_s / estimate
+    notes.append(f"{what}: full size would take ~{estimate:,.0f} s to build "
+                 f"({rows_per_s:,.0f} rows/s); SCALED to {scale:.1%}")
+    return scale
+
+
+def mlflow_build(path: Path, fx: Fixture, budget_s: float) -> CompetitorPlan:
+    """Metrics through MlflowClient.log_batch (1000 per call, its limit); the curve metric keeps
+    every step, the other metrics are cut to fit the budget. Samples: one log_table artifact."""
+    import mlflow
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    mlflow.set_tracking_uri(f"sqlite:///{path / 'mlflow.db'}")
+    client = MlflowClient()
+    exp = client.create_experiment("bench", artifact_location=(path / "art").as_uri())
+    run_id = client.create_run(exp).info.run_id
+    (path / "run_id").write_text(run_id)
+    rng = np.random.default_rng(1)
+    steps = np.arange(fx.steps)
+    names = metric_names(fx.metrics)
+
+    def log_metric(name: str, values: np.ndarray) -> None:
+        ms = [Metric(name, float(v), 1_700_000_000_000 + int(s), int(s))
+              for s, v in zip(steps.tolist(), values.tolist(), strict=True)]
+        for i in range(0, len(ms), 1000):
+            client.log_batch(run_id, metrics=ms[i:i + 1000])
+
+    notes: list[str] = []
+    t0 = time.perf_counter()
+    log_metric(names[0], curves(rng, steps, 1)[:, 0])
+    rate = fx.steps / (time.perf_counter() - t0)
+    n_metrics = max(1, int(fx.metrics * plan_size(fx.steps * fx.metrics, rate, budget_s * 0.6,
+                                                    "MLflow metrics", notes)))
+    for name in names[1:n_metrics]:
+        log_metric(name, curves(rng, steps, 1)[:, 0])
+    n_samples = mlflow_samples(client, run_id, fx, budget_s * 0.4, notes)
+    client.set_terminated(run_id)
+    return CompetitorPlan(fx.steps, n_metrics, n_samples, n_metrics / fx.metrics,
+                          n_samples / fx.samples, notes)
+
+
+def mlflow_samples(client: Any, run_id: str, fx: Fixture, budget_s: float,
+                   notes: list[str]) -> int:
+    """All samples as ONE table artifact (log_table appends to one file: the natural layout)."""
+    import pandas as pd
+
+    probe_steps = max(1, min(fx.steps, 2000))
+    t0 = time.perf_counter()
+    client.log_table(run_id, _sample_frame(pd, fx, 0, probe_steps), artifact_file="samples.json")
+    rate = probe_steps * fx.samples_per_step / (time.perf_counter() - t0)
+    scale = plan_size(fx.samples, rate, budget_s, "MLflow samples (log_table)", notes)
+    n_steps = max(probe_steps, int(fx.steps * scale))
+    if n_steps > probe_steps:  # log_table appends to an existing table file
+        client.log_table(run_id, _sample_frame(pd, fx, probe_steps, n_steps),
+                         artifact_file="samples.json")
+    return n_steps * fx.samples_per_step
+
+
+def _sample_frame(pd: Any, fx: Fixture, step_start: int, step_end: int) -> Any:
+    rng = np.random.default_rng(4 + step_start)
+    c = sample_columns(rng, np.arange(step_start, step_end), fx.samples_per_step)
+    prompts, responses = TextPool(fx.prompt_bytes, seed=2), TextPool(fx.response_bytes, seed=3)
+    n = len(c.step)
+    frame = {"step": c.step, "sample_id": c.sample_id, "category": c.category,
+             "reward": c.reward, "flags": [",".join(f) for f in c.flags],
+             "prompt": [prompts[i] for i in range(n)],
+             "response": [responses[i * 7] for i in range(n)]}
+    for j, comp in enumerate(COMPONENTS):
+        frame[f"reward_{comp}"] = c.components[:, j]
+    return pd.DataFrame(frame)
+
+
+def mlflow_queries(path: Path, fx: Fixture, plan: CompetitorPlan, runs: int) -> list[QueryResult]:
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    mlflow.set_tracking_uri(f"sqlite:///{path / 'mlflow.db'}")
+    client = MlflowClient()
+    run_id = (path / "run_id").read_text().strip()
+    w = query_window(fx)
+
+    def load() -> Any:
+        return mlflow.load_table("samples.json", run_ids=[run_id])
+
+    def page() -> tuple[int, Any]:
+        df = load()
+        sel = df[(df.category == w["category"]) & df.reward.between(w["reward_min"], w["reward_max"])
+                 & df.step.between(w["step_min"], w["step_max"])]
+        return len(sel), sel.sort_values(["step", "sample_id"]).head(50)
+
+    def hist() -> Any:
+        return np.histogram(load().reward.to_numpy(), bins=50)
+
+    kw = {"scale": plan.sample_scale, "note": "load_table + pandas"}
+    return [
+        timed("mlflow", "curve", "get_metric_history (all points)",
+              lambda: client.get_metric_history(run_id, CURVE_METRIC), runs, len,
+              note=f"{plan.metrics} of {fx.metrics} metrics built, curve metric full length"),
+        timed("mlflow", "page", "load_table + pandas filter/sort/head(50)", page, runs,
+              lambda r: r[0], **kw),
+        timed("mlflow", "histogram", "load_table + np.histogram", hist, runs,
+              lambda h: int(h[0].sum()), **kw),
+    ]
+
+
+# --- TensorBoard --------------------------------------------------------------------------------
+
+def tensorboard_build(path: Path, fx: Fixture, budget_s: float) -> CompetitorPlan:
+    """Scalars through SummaryWriter.add_scalar, one event per value (what training scripts do)."""
+    writer_cls = _summary_writer()
+    rng = np.random.default_rng(1)
+    names = metric_names(fx.metrics)
+    notes: list[str] = []
+    steps = np.arange(fx.steps)
+    values = curves(rng, steps, 1)[:, 0].tolist()
+    w = writer_cls(log_dir=str(path))
+    t0 = time.perf_counter()
+    for s, v in zip(steps.tolist(), values, strict=True):
+        w.add_scalar(names[0], v, s)
+    rate = fx.steps / (time.perf_counter() - t0)
+    n_metrics = max(1, int(fx.metrics * plan_size(fx.steps * fx.metrics, rate, budget_s,
+                                                    "TensorBoard scalars", notes)))
+    for s, v in zip(steps.tolist(), values, strict=True):
+        for name in names[1:n_metrics]:
+            w.add_scalar(name, v, s)
+    w.close()
+    return CompetitorPlan(fx.steps, n_metrics, 0, n_metrics / fx.metrics, 0.0, notes)
+
+
+def _summary_writer() -> Any:
+    if module_available("torch"):
+        from torch.utils.tensorboard import SummaryWriter
+    else:
+        from tensorboardX import SummaryWriter
+    return SummaryWriter
+
+
+def tensorboard_queries(path: Path, fx: Fixture, plan: CompetitorPlan, runs: int) -> list[QueryResult]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def curve() -> Any:
+        acc = EventAccumulator(str(path))  # default size guidance: a 10k-point reservoir per tag
+        acc.Reload()
+        return acc.Scalars(CURVE_METRIC)
+
+    na = "TensorBoard cannot filter or aggregate logged samples (text summaries)"
+    return [
+        timed("tensorboard", "curve", "EventAccumulator.Reload + Scalars(tag)", curve, runs, len,
+              scale=plan.metric_scale, note=f"{plan.metrics} of {fx.metrics} metrics built"),
+        QueryResult("tensorboard", "page", "-", status="n/a", note=na),
+        QueryResult("tensorboard", "histogram", "-", status="n/a", note=na),
+    ]
+
+
+# --- driver -------------------------------------------------------------------------------------
+
+COMPETITORS: dict[str, tuple[tuple[str, ...], Callable[..., CompetitorPlan],
+                             Callable[..., list[QueryResult]]]] = {
+    "mlflow": (("mlflow", "pandas"), mlflow_build, mlflow_queries),
+    "tensorboard": (("tensorboard",), tensorboard_build, tensorboard_queries),
+}
+
+
+def run_competitor(name: str, fx: Fixture, args: argparse.Namespace, cache: Path,
+                   notes: list[str]) -> list[QueryResult]:
+    needs, build, queries = COMPETITORS[name]
+    missing = [m for m in needs if not module_available(m)]
+    if name == "tensorboard" and not (module_available("torch") or module_available("tensorboardX")):
+        missing.append("torch or tensorboardX")
+    if missing:
+        return [QueryResult(name, q, "-", status=f"not installed: {', '.join(missing)}")
+                for q in ("curve", "page", "histogram")]
+    key = fx.key(f"{name}-{package_version(needs[0])}-{args.competitor_budget_s}")
+    path = cache / f"{name}_{key}"
+    plan_file = path / "plan.json"
+    try:
+        with stdout_to_stderr():
+            plan = _build_competitor(path, plan_file, args.rebuild, lambda p: build(p, fx, args.competitor_budget_s))
+            notes.extend(f"{name}: {n}" for n in plan.notes)
+            return queries(path, fx, plan, args.runs)
+    except Exception as exc:  # report and go on: one broken competitor must not hide the rest
+        traceback.print_exc(file=sys.stderr)
+        return [QueryResult(name, q, "-", status=f"error: {type(exc).__name__}: {exc}"[:160])
+                for q in ("curve", "page", "histogram")]
+
+
+def _build_competitor(path: Path, plan_file: Path, rebuild: bool,
+                      build: Callable[[Path], CompetitorPlan]) -> CompetitorPlan:
+    import json
+
+    if (path / ".complete").exists() and plan_file.exists() and not rebuild:
+        return CompetitorPlan(**json.loads(plan_file.read_text()))
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    print(f"building {path.name} ...", file=sys.stderr, flush=True)
+    plan = build(path)
+    plan_file.write_text(json.dumps(plan.__dict__))
+    (path / ".complete").write_text("ok")
+    return plan
+
+
+def run_rlcockpit(fx: Fixture, args: argparse.Namespace, cache: Path) -> tuple[list[QueryResult], dict[str, Any]]:
+    info: dict[str, Any] = {}
+    if not module_available("rlcockpit.store.sqlite"):
+        return [QueryResult("rlcockpit", q, "-", status="not installed: rlcockpit.store.sqlite")
+                for q in ("curve", "page", "histogram")], info
+    path = cache / f"rlcockpit_{fx.key(store_salt())}.db"
+
+    def build(p: Path) -> None:
+        info["build_s"] = with_progress(fx.steps, f"building {p.name}",
+                                        lambda advance: build_rlcockpit(p, fx, advance))
+        info["build_steps_per_s"] = fx.steps / info["build_s"]
+
+    path, reused = cached(path, args.rebuild, build)
+    info.update(reused_cache=reused, path=str(path), size_mb=path.stat().st_size / 2**20)
+    return rlcockpit_queries(path, fx, args.runs), info
+
+
+def print_tables(results: list[QueryResult], fx: Fixture, info: dict[str, Any],
+                 notes: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=160)
+    t = Table(title=f"Store queries: {fx.steps:,} steps x {fx.metrics} metrics, "
+                    f"{fx.samples:,} samples (median of runs, warm)")
+    for col in ("backend", "query", "how", "status", "median ms", "first ms", "rows", "built",
+                "extrap. full ms", "target", "result"):
+        t.add_column(col, justify="right" if "ms" in col or col in ("rows", "built") else "left")
+    for r in results:
+        t.add_row(r.backend, r.query, r.how, r.status, fmt(r.median_ms, 1), fmt(r.first_ms, 1),
+                  "-" if r.rows is None else f"{r.rows:,}",
+                  "-" if r.status != "ok" else "full" if r.scale >= 1.0 else f"{r.scale:.1%}",
+                  fmt(r.extrapolated_ms, 0), f"<= {r.target_ms:g} ms" if r.target_ms else "",
+                  r.result())
+    console.print(t)
+    if info:
+        console.print(f"rlcockpit fixture: {info.get('path')} ({fmt(info.get('size_mb'), 0)} MB, "
+                      + ("reused from cache" if info.get("reused_cache") else
+                         f"built in {fmt(info.get('build_s'), 1)} s = "
+                         f"{fmt(info.get('build_steps_per_s'), 0)} steps/s") + ")")
+    for n in notes:
+        console.print(f"[bold yellow]SCALED[/] {n}" if "SCALED" in n else n)
+
+
+def headline(results: list[QueryResult], fx: Fixture, info: dict[str, Any], notes: list[str],
+             args: argparse.Namespace) -> dict[str, Any]:
+    by = {(r.backend, r.query): r for r in results}
+
+    def ms(backend: str, query: str, extrapolated: bool = False) -> float | None:
+        r = by.get((backend, query))
+        if r is None or r.status != "ok":
+            return None
+        return r.extrapolated_ms if extrapolated and r.extrapolated_ms else r.median_ms
+
+    out: dict[str, Any] = {
+        "curve_ms": ms("rlcockpit", "curve"),
+        "page_ms": ms("rlcockpit", "page"),
+        "histogram_ms": ms("rlcockpit", "histogram"),
+        "targets": {
+            "curve_le_50ms": by[("rlcockpit", "curve")].result(),
+            "page_le_100ms": by[("rlcockpit", "page")].result(),
+            "histogram_le_200ms": by[("rlcockpit", "histogram")].result(),
+        },
+        "mlflow_curve_ms": ms("mlflow", "curve"),
+        "mlflow_page_ms": ms("mlflow", "page"),
+        "mlflow_page_full_ms_extrapolated": ms("mlflow", "page", True),
+        "mlflow_histogram_ms": ms("mlflow", "histogram"),
+        "mlflow_histogram_full_ms_extrapolated": ms("mlflow", "histogram", True),
+        "tensorboard_curve_ms": ms("tensorboard", "curve"),
+        "tensorboard_curve_full_ms_extrapolated": ms("tensorboard", "curve", True),
+        "status": {f"{r.backend}/{r.query}": r.status for r in results},
+        "scaled": [n for n in notes if "SCALED" in n],
+        "fixture": {"steps": fx.steps, "metrics": fx.metrics, "samples": fx.samples,
+                    "quick": args.quick, "runs": args.runs},
+    }
+    out.update({f"store_{k}": v for k, v in info.items() if k in ("size_mb", "build_s", "reused_cache")})
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small store, tiny competitor budget")
+    p.add_argument("--steps", type=int, default=100_000)
+    p.add_argument("--metrics", type=int, default=60)
+    p.add_argument("--samples-per-step", type=int, default=10, help="10 x 100k steps = 1M samples")
+    p.add_argument("--runs", type=int, default=7, help="timed runs per query (median)")
+    p.add_argument("--competitors", default="mlflow,tensorboard", help="comma list, or 'none'")
+    p.add_argument("--competitor-budget-s", type=float, default=150.0,
+                   help="max build time per competitor; larger builds are scaled down")
+    p.add_argument("--cache-dir", default=None,
+                   help="where fixtures are cached (default: <tmp>/rlcockpit-bench)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild cached fixtures")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps, args.samples_per_step, args.runs = 2000, 10, 2
+        args.competitor_budget_s = min(args.competitor_budget_s, 1.0)
+    for name in ("steps", "metrics", "samples_per_step", "runs"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    unknown = {c for c in args.competitors.split(",") if c and c != "none"} - set(COMPETITORS)
+    if unknown:
+        p.error(f"unknown competitor(s) {sorted(unknown)}; choose from {', '.join(COMPETITORS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    fx = Fixture(args.steps, args.metrics, args.samples_per_step)
+    # --quick builds into a throw-away directory; full runs cache (minutes to build).
+    tmp = Path(tempfile.mkdtemp(prefix="rlcockpit-bench-quick-")) if args.quick else None
+    cache = tmp or Path(args.cache_dir or Path(tempfile.gettempdir()) / "rlcockpit-bench")
+    cache.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    try:
+        results, info = run_rlcockpit(fx, args, cache)
+        for name in [c for c in args.competitors.split(",") if c and c != "none"]:
+            results += run_competitor(name, fx, args, cache, notes)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print_tables(results, fx, info, notes)
+    print_json_last_line(headline(results, fx, info, notes, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
