@@ -167,3 +167,12 @@ def test_ks_2samp_exact_stays_fast_at_the_exact_limit():
     start = time.perf_counter()
     stats.ks_2samp(rng.normal(size=3000), rng.normal(size=2999))
     assert time.perf_counter() - start < 2.0
+
+
+def test_stats_accept_tensors_arrays_and_generators():
+    import torch
+
+    values = [3.0, 1.0, 2.0]
+    for given in (torch.tensor(values), np.array(values), tuple(values), (v for v in values)):
+        assert stats.length_stats(given)["max"] == 3.0
+    assert stats.histogram(torch.tensor([0.0, 1.0]), bins=1)[1] == (2,)

@@ -138,15 +138,13 @@ def kstwo_sf(d: float, n: int) -> float:
 def smirnov_sf(n: int, d: float) -> float:
     """P(D+_n >= d), the one-sided one-sample KS tail, by the exact Birnbaum-Tingey sum:
     d * sum_{j <= n(1-d)} binom(n, j) (1 - d - j/n)^(n-j) (d + j/n)^(j-1), in log space."""
-    jmax = int(math.floor(n * (1.0 - d)))
-    j = np.arange(0, jmax + 1, dtype=np.float64)
+    j = np.arange(0, int(math.floor(n * (1.0 - d))) + 1, dtype=np.float64)
     rest = 1.0 - d - j / n
-    keep = rest > 0
-    j, rest = j[keep], rest[keep]
-    log_binom = np.concatenate([[0.0], np.cumsum(np.log((n - j[1:] + 1) / j[1:]))]) if j.size else j
-    logs = log_binom + (n - j) * np.log(rest) + (j - 1) * np.log(d + j / n)
-    if logs.size == 0:
+    j, rest = j[rest > 0], rest[rest > 0]  # a zero base makes the term 0
+    if j.size == 0:
         return 0.0
+    log_binom = np.concatenate([[0.0], np.cumsum(np.log((n - j[1:] + 1) / j[1:]))])
+    logs = log_binom + (n - j) * np.log(rest) + (j - 1) * np.log(d + j / n)
     top = logs.max()
     return float(d * math.exp(top) * np.exp(logs - top).sum())
 

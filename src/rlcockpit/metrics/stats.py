@@ -61,9 +61,15 @@ def distinct_ngram_frac(sequences: Iterable[str | Sequence[int]], n: int = 2) ->
     return len(unique) / total if total else math.nan
 
 
+def _as_array(values: Iterable[float]) -> np.ndarray:
+    """A flat float array from a list, tuple, numpy array, CPU tensor or any iterable."""
+    if not (hasattr(values, "__array__") or isinstance(values, (list, tuple))):
+        values = list(values)
+    return np.asarray(values, dtype=float).ravel()
+
+
 def _finite(values: Iterable[float]) -> np.ndarray:
-    arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=float)
-    arr = arr.ravel()
+    arr = _as_array(values)
     return arr[np.isfinite(arr)]
 
 
@@ -98,10 +104,10 @@ def ema(values: Iterable[float], alpha: float) -> np.ndarray:
     """
     if not 0.0 < alpha <= 1.0:
         raise ValueError(f"ema alpha={alpha!r} must lie in (0, 1]; e.g. 0.1 for a 10-step memory")
-    arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=float)
+    arr = _as_array(values)
     out = np.empty(arr.size)
     current = math.nan
-    for i, v in enumerate(arr.ravel()):
+    for i, v in enumerate(arr):
         if math.isfinite(v):
             current = v if math.isnan(current) else alpha * v + (1.0 - alpha) * current
         out[i] = current
