@@ -163,7 +163,7 @@ class EvalConfig(Config):
                        range=(0, None))
     temperature: float = option(1.0, help="Evaluation sampling temperature.", range=(0.05, 5.0))
     top_p: float = option(1.0, help="Evaluation nucleus threshold.", range=(0.05, 1.0))
-    max_prompts: int = option(128, help="Validation prompts used (the first N of the split).",
+    max_prompts: int = option(200, help="Validation prompts used (the first N of the split).",
                               range=(1, 1_000_000))
     batch_size: int = option(64, help="Prompts per generation batch during evaluation.", range=(1, 4096))
 

@@ -1,0 +1,161 @@
+"""``rlcockpit train``: PPO / GRPO on a YAML config plus dotted overrides, recorded in a store.
+
+    rlcockpit train --config examples/ppo_tiny.yaml --store sqlite:///runs.db train.steps=200 seed=3
+
+The whole config is validated before torch is imported; model, prompts and the reward function are
+checked before the first step. Every error names the key, the value and what is allowed (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlcockpit.config import apply_overrides, from_dict, read_yaml
+from rlcockpit.trainer.config import TrainConfig
+
+MAIN_KEYS = {
+    "algo": "ppo (actor + critic) or grpo (group advantages)",
+    "seed": "seeds everything, incl. data order and sampling",
+    "model.path": "'tiny' or a local Hugging Face causal-LM dir",
+    "data.source": "'tiny' or a JSONL file of prompts",
+    "rollout.batch_size": "prompts per step",
+    "rollout.n_samples": "responses per prompt (GRPO: >= 2)",
+    "rollout.temperature": "sampling temperature (live)",
+    "rollout.max_new_tokens": "response length limit (live)",
+    "reward.fn": "reward function 'module:function'",
+    "reward.weights": "weight per reward component",
+    "kl.coef": "KL coefficient beta (live)",
+    "kl.adaptive": "adaptive KL controller towards kl.target",
+    "ppo.epochs": "passes over each batch (live)",
+    "ppo.minibatch_size": "samples per optimizer step",
+    "ppo.clip_eps": "policy clip epsilon (live)",
+    "optim.actor_lr": "actor learning rate (live)",
+    "train.steps": "training steps",
+    "eval.every": "validation every N steps (and step 0)",
+    "checkpoint.dir": "where checkpoints go",
+    "checkpoint.every": "checkpoint every N steps",
+    "telemetry.store": "store URI (also --store)",
+}
+
+
+def main_keys_text() -> str:
+    from rlcockpit.config import describe
+
+    defaults = {key: default for key, _, default, _ in describe(TrainConfig)}
+    lines = ["main config keys (KEY=VALUE overrides; every key is documented in docs/config.md):",
+             f"  {'key':<23} {'default':<32} meaning"]
+    for key, meaning in MAIN_KEYS.items():
+        shown = repr(defaults[key])
+        lines.append(f"  {key:<23} {shown:<32} {meaning}")
+    lines.append("")
+    lines.append("examples:")
+    lines.append("  rlcockpit train --config examples/ppo_tiny.yaml train.steps=50 kl.coef=0.1")
+    lines.append("  rlcockpit train --config examples/grpo_tiny.yaml --store sqlite:///runs.db")
+    lines.append("  rlcockpit train --resume latest train.steps=400")
+    return "\n".join(lines)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "train", help="train a policy with PPO or GRPO (tiny world or any local HF causal LM)",
+        description="Train with PPO or GRPO. The run (metrics, samples, phases, events, checkpoints) is "
+                    "recorded in the store. See docs/trainer.md and docs/config.md.",
+        epilog=main_keys_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. kl.coef=0.05")
+    p.add_argument("--config", type=Path, help="YAML config (e.g. examples/ppo_tiny.yaml); defaults otherwise")
+    p.add_argument("--store", help="store URI (overrides telemetry.store), e.g. sqlite:///runs.db")
+    p.add_argument("--resume", metavar="PATH|latest",
+                   help="continue a run from a checkpoint directory (or 'latest' under checkpoint.dir); the "
+                        "same run id continues in the store")
+    p.add_argument("--name", help="run name (overrides name)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    p.set_defaults(func=run_command)
+
+
+def build_config(args: argparse.Namespace, base: dict[str, Any] | None = None) -> TrainConfig:
+    """``base`` (a checkpoint's config) < --config YAML < KEY=VALUE overrides < --store / --name."""
+    data: dict[str, Any] = dict(base or {})
+    if args.config is not None:
+        data = _merge(data, read_yaml(args.config))
+    data = apply_overrides(data, args.overrides)
+    if args.store:
+        data.setdefault("telemetry", {})["store"] = args.store
+    if args.name:
+        data["name"] = args.name
+    return from_dict(TrainConfig, data)
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def run_command(args: argparse.Namespace) -> int:
+    cfg = build_config(args)  # fail fast, before torch is imported
+    resume_path = None
+    if args.resume:
+        from rlcockpit.trainer.checkpoint import checkpoint_config, resolve_checkpoint
+
+        resume_path = resolve_checkpoint(args.resume, cfg.checkpoint.dir)
+        cfg = build_config(args, base=checkpoint_config(resume_path))
+    from rlcockpit.trainer.trainer import Trainer
+
+    trainer = Trainer(cfg, resume_from=resume_path)
+    if args.quiet:
+        result = trainer.run()
+    else:
+        result = run_with_progress(trainer, cfg)
+        print_summary(result, cfg)
+    return 0 if result.status in ("finished", "stopped") else 1
+
+
+def run_with_progress(trainer: Any, cfg: TrainConfig) -> Any:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeRemainingColumn(), TextColumn("{task.fields[stats]}"))
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task(f"{cfg.algo.upper()}", total=cfg.train.steps, stats="loading…")
+
+        def on_step(step: int, metrics: dict[str, float]) -> None:
+            progress.update(task, completed=step, stats=step_stats(metrics))
+
+        trainer.add_observer(on_step)
+        return trainer.run()
+
+
+def step_stats(m: dict[str, float]) -> str:
+    parts = []
+    for key, label in (("reward/mean", "reward"), ("kl/mean", "KL"), ("policy/entropy", "entropy"),
+                       ("eval/accuracy/math", "math acc")):
+        if key in m:
+            parts.append(f"{label} {m[key]:.3f}")
+    return "  ".join(parts)
+
+
+def print_summary(result: Any, cfg: TrainConfig) -> None:
+    from rich.console import Console
+
+    console = Console(stderr=False)
+    console.print(f"[bold]{result.status}[/] run [cyan]{result.run_id}[/] at step {result.step} "
+                  f"({step_stats(result.metrics)})")
+    console.print(f"store: {result.store}   (list runs: rlcockpit runs --store {result.store})")
+    if result.checkpoint:
+        console.print(f"checkpoint: {result.checkpoint}   (continue: rlcockpit train --resume {result.checkpoint})")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from rlcockpit.cli import main
+
+    sys.exit(main(["train", *sys.argv[1:]]))
