@@ -2,14 +2,15 @@
 
 - Per-token float arrays (logprobs, ref_logprobs, token_kl) are stored as little-endian float16
   blobs: 2 bytes a token, about 3 significant digits, range ±65504 (±inf and NaN survive).
-- Tokens (strings) are stored as a length-prefixed UTF-8 blob: ``u32 count``, ``count`` lengths
-  (u16, or u32 when a token is longer than 65535 bytes, told by the first byte), then the bytes.
-  No separator character is reserved, so byte-level tokens round-trip exactly.
+- Tokens (strings) are stored as one UTF-8 blob: a mode byte, ``u32 count``, then the tokens
+  joined by NUL; if a token itself contains NUL the blob holds a JSON array instead, so every
+  token string (byte-level tokens included) round-trips exactly.
 - Histogram edges are float64 blobs, counts int64 blobs.
 """
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Sequence
 
@@ -49,26 +50,26 @@ def decode_i64(blob: bytes) -> tuple[int, ...]:
 
 
 def encode_tokens(tokens: Sequence[str] | None) -> bytes | None:
+    """``b"Z" + u32 count + NUL-joined UTF-8``; tokens that contain NUL fall back to JSON
+    (``b"J" + u32 count + JSON array``). One C-level join either way, no per-token Python work."""
     if tokens is None:
         return None
-    parts = [str(t).encode("utf-8") for t in tokens]
-    lengths = [len(p) for p in parts]
-    wide = bool(lengths) and max(lengths) > 0xFFFF
-    dtype = "<u4" if wide else "<u2"
-    header = struct.pack("<BI", 4 if wide else 2, len(parts))
-    return header + np.asarray(lengths, dtype=dtype).tobytes() + b"".join(parts)
+    try:
+        joined = "\0".join(tokens)
+    except TypeError:  # token ids or other non-str tokens: store their text form
+        tokens = [str(t) for t in tokens]
+        joined = "\0".join(tokens)
+    count = len(tokens)
+    if joined.count("\0") == max(count - 1, 0):
+        return b"Z" + struct.pack("<I", count) + joined.encode("utf-8")
+    return b"J" + struct.pack("<I", count) + json.dumps(list(tokens)).encode("utf-8")
 
 
 def decode_tokens(blob: bytes | None) -> tuple[str, ...] | None:
     if blob is None:
         return None
-    width, count = struct.unpack_from("<BI", blob, 0)
-    offset = struct.calcsize("<BI")
-    lengths = np.frombuffer(blob, dtype="<u4" if width == 4 else "<u2", count=count, offset=offset)
-    data = memoryview(blob)[offset + width * count:]
-    out = []
-    pos = 0
-    for n in lengths.tolist():
-        out.append(bytes(data[pos:pos + n]).decode("utf-8"))
-        pos += n
-    return tuple(out)
+    mode, (count,) = blob[:1], struct.unpack_from("<I", blob, 1)
+    text = blob[5:].decode("utf-8")
+    if mode == b"J":
+        return tuple(json.loads(text))
+    return tuple(text.split("\0")) if count else ()

@@ -13,7 +13,8 @@ Layout choices (see docs/store.md):
   NULL; the writer never stores a missing value, so the mapping is exact).
 - samples are split: ``samples`` holds the narrow, filterable columns (clustered by run, step,
   sample id, plus indices); ``sample_payloads`` holds prompt, response, components and the
-  per-token blobs, read only for the page being shown.
+  per-token blobs under an integer ``payload_id`` (appended in order, one b-tree, no extra
+  index), read only for the page being shown.
 """
 
 from __future__ import annotations
@@ -66,13 +67,13 @@ def _v1_core(conn: sqlite3.Connection) -> None:
         has_token_arrays INTEGER NOT NULL, flags TEXT NOT NULL, length INTEGER NOT NULL,
         truncated INTEGER NOT NULL, uncertainty REAL, advantage REAL, value REAL,
         kl_sum REAL, kl_max REAL, nan_fields TEXT, wall_time REAL NOT NULL,
+        payload_id INTEGER NOT NULL,
         PRIMARY KEY (run_key, step, sample_id)
     ) WITHOUT ROWID;
     CREATE TABLE sample_payloads (
-        run_key INTEGER NOT NULL, step INTEGER NOT NULL, sample_id INTEGER NOT NULL,
+        payload_id INTEGER PRIMARY KEY,
         prompt TEXT NOT NULL, response TEXT NOT NULL, components TEXT NOT NULL,
-        tokens BLOB, logprobs BLOB, ref_logprobs BLOB, token_kl BLOB,
-        PRIMARY KEY (run_key, step, sample_id)
+        tokens BLOB, logprobs BLOB, ref_logprobs BLOB, token_kl BLOB
     );
     CREATE TABLE sample_flags (
         run_key INTEGER NOT NULL, flag TEXT NOT NULL, step INTEGER NOT NULL,
@@ -108,13 +109,12 @@ def _v1_core(conn: sqlite3.Connection) -> None:
 
 def _v2_query_indices(conn: sqlite3.Connection) -> None:
     """Indices for the reader's queries: the sample explorer filters (category + reward range,
-    reward order, prompt id), per-run event / finding / phase / checkpoint lists, snapshots by
+    reward order and the reward histogram), per-run event / finding / phase / checkpoint lists, snapshots by
     finding. Secondary indices of a WITHOUT ROWID table carry its primary key (run, step, sample
     id), so step filters and stable tie-breaking are answered inside the index."""
     _run_script(conn, """
     CREATE INDEX samples_by_category_reward ON samples (run_key, category, reward);
     CREATE INDEX samples_by_reward ON samples (run_key, reward);
-    CREATE INDEX samples_by_prompt ON samples (run_key, prompt_id);
     CREATE INDEX events_by_run_step ON events (run_key, step);
     CREATE INDEX events_by_run_kind ON events (run_key, kind, step);
     CREATE INDEX findings_by_run_step ON findings (run_key, step);
@@ -170,7 +170,8 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
                          (version + 1, time.time()))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
 
 

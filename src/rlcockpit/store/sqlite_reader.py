@@ -155,21 +155,21 @@ class SqliteReader:
             return total, page
 
         total, page = self._guard(run)
-        width = len(rows.SAMPLE_COLUMNS.split(","))
+        width = len(rows.SAMPLE_COLUMNS)
         items = tuple(rows.sample_from_row(r[:width], r[width:]) for r in page)
         return SamplePage(items=items, total=total, offset=query.offset, limit=query.limit)
 
     def get_sample(self, run_id: str, step: int, sample_id: int) -> SampleRecord:
         key = self._run_key(run_id)
         found = self._q(
-            f"SELECT s.{rows.SAMPLE_COLUMNS.replace(', ', ', s.')}, "
-            f"p.{rows.PAYLOAD_COLUMNS.replace(', ', ', p.')} FROM samples s JOIN sample_payloads p "
-            "ON p.run_key = s.run_key AND p.step = s.step AND p.sample_id = s.sample_id "
+            f"SELECT {rows.columns('s', rows.SAMPLE_COLUMNS)}, "
+            f"{rows.columns('p', rows.PAYLOAD_COLUMNS)} FROM samples s JOIN sample_payloads p "
+            "ON p.payload_id = s.payload_id "
             "WHERE s.run_key = ? AND s.step = ? AND s.sample_id = ?", (key, step, sample_id))
         if not found:
             raise NotFoundError(f"run {run_id!r} has no sample {sample_id} at step {step}",
                                 details={"run_id": run_id, "step": step, "sample_id": sample_id})
-        width = len(rows.SAMPLE_COLUMNS.split(","))
+        width = len(rows.SAMPLE_COLUMNS)
         return rows.sample_from_row(found[0][:width], found[0][width:])
 
     def sample_histogram(self, run_id: str, field: str = "reward", bins: int = 50, *,

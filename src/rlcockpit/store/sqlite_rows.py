@@ -22,11 +22,18 @@ from rlcockpit.records import (
 from rlcockpit.store import codec
 
 SAMPLE_FLOAT_FIELDS = ("reward", "uncertainty", "advantage", "value", "kl_sum", "kl_max")
-SAMPLE_COLUMNS = (
-    "step, sample_id, category, reward, prompt_id, group_id, has_token_arrays, flags, length, "
-    "truncated, uncertainty, advantage, value, kl_sum, kl_max, nan_fields"
-)
-PAYLOAD_COLUMNS = "prompt, response, components, tokens, logprobs, ref_logprobs, token_kl"
+# the columns a SampleRecord is read from, in sample_from_row order
+SAMPLE_COLUMNS = ("step", "sample_id", "category", "reward", "prompt_id", "group_id",
+                  "has_token_arrays", "flags", "length", "truncated", "uncertainty", "advantage",
+                  "value", "kl_sum", "kl_max", "nan_fields")
+PAYLOAD_COLUMNS = ("prompt", "response", "components", "tokens", "logprobs", "ref_logprobs",
+                   "token_kl")
+ARRAY_COLUMNS = ("tokens", "logprobs", "ref_logprobs", "token_kl")
+
+
+def columns(alias: str, names: tuple[str, ...]) -> str:
+    """``columns("s", ("a", "b"))`` -> ``"s.a, s.b"``."""
+    return ", ".join(f"{alias}.{n}" for n in names)
 
 
 def json_default(obj: Any) -> Any:
@@ -38,34 +45,47 @@ def json_default(obj: Any) -> Any:
     return str(obj)
 
 
+# one encoder for every call (json.dumps with options builds a new one each time);
+# allow_nan: NaN/inf in payloads round-trip through Python's json (read back by our reader)
+_ENCODER = json.JSONEncoder(default=json_default, allow_nan=True, ensure_ascii=False)
+
+
 def dumps(obj: Any) -> str:
-    # allow_nan: NaN/inf in payloads round-trip through Python's json (read back by our reader)
-    return json.dumps(obj, default=json_default, allow_nan=True, ensure_ascii=False)
+    return _ENCODER.encode(obj)
 
 
 def _float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def sample_rows(run_key: int, s: SampleRecord, wall_time: float) -> tuple[tuple, tuple]:
+def sample_rows(run_key: int, s: SampleRecord, wall_time: float, payload_id: int
+                ) -> tuple[tuple, tuple]:
     """(narrow row, payload row) of one sample."""
-    floats = [_float_or_none(getattr(s, f)) for f in SAMPLE_FLOAT_FIELDS]
-    nan_fields = ",".join(f for f, v in zip(SAMPLE_FLOAT_FIELDS, floats, strict=True)
-                          if v is not None and math.isnan(v)) or None
-    reward, uncertainty, advantage, value, kl_sum, kl_max = floats
+    reward, uncertainty, advantage, value, kl_sum, kl_max = floats = (
+        float(s.reward), _float_or_none(s.uncertainty), _float_or_none(s.advantage),
+        _float_or_none(s.value), _float_or_none(s.kl_sum), _float_or_none(s.kl_max))
+    nan_fields = None
+    if any(v != v for v in floats if v is not None):  # v != v: NaN
+        nan_fields = ",".join(f for f, v in zip(SAMPLE_FLOAT_FIELDS, floats, strict=True)
+                              if v is not None and v != v)
+    # int() / str(): records built elsewhere may carry numpy scalars, which sqlite3 cannot bind
     narrow = (run_key, int(s.step), int(s.sample_id), str(s.category), reward, str(s.prompt_id),
-              int(s.group_id), int(s.has_token_arrays), dumps(list(s.flags)), int(s.length),
+              int(s.group_id), int(s.has_token_arrays),
+              json.dumps([str(f) for f in s.flags]) if s.flags else "[]", int(s.length),
               int(bool(s.truncated)), uncertainty, advantage, value, kl_sum, kl_max, nan_fields,
-              wall_time)
-    payload = (run_key, int(s.step), int(s.sample_id), str(s.prompt), str(s.response),
-               dumps({str(k): float(v) for k, v in dict(s.components).items()}),
+              wall_time, payload_id)
+    # plain json.dumps reuses its cached encoder (fast) and writes NaN / Infinity
+    components = s.components
+    payload = (payload_id, str(s.prompt), str(s.response),
+               json.dumps({str(k): float(v) for k, v in components.items()}) if components
+               else "{}",
                codec.encode_tokens(s.tokens), codec.encode_f16(s.logprobs),
                codec.encode_f16(s.ref_logprobs), codec.encode_f16(s.token_kl))
     return narrow, payload
 
 
 def sample_from_row(row: tuple, payload: tuple | None) -> SampleRecord:
-    """``row`` in SAMPLE_COLUMNS order, ``payload`` in PAYLOAD_COLUMNS order (None: not read)."""
+    """``row`` in SAMPLE_COLUMNS order, ``payload`` in PAYLOAD_COLUMNS order."""
     (step, sample_id, category, reward, prompt_id, group_id, _has_arrays, flags, length, truncated,
      uncertainty, advantage, value, kl_sum, kl_max, nan_fields) = row
     floats = dict(zip(SAMPLE_FLOAT_FIELDS, (reward, uncertainty, advantage, value, kl_sum, kl_max),
@@ -75,8 +95,7 @@ def sample_from_row(row: tuple, payload: tuple | None) -> SampleRecord:
             floats[name] = math.nan
     if floats["reward"] is None:  # reward is required: NULL can only have been NaN
         floats["reward"] = math.nan
-    prompt, response, components, tokens, logprobs, ref_logprobs, token_kl = payload or (
-        "", "", "{}", None, None, None, None)
+    prompt, response, components, tokens, logprobs, ref_logprobs, token_kl = payload
     return SampleRecord(
         step=step, sample_id=sample_id, prompt=prompt, response=response, prompt_id=prompt_id,
         group_id=group_id, category=category, components=json.loads(components),

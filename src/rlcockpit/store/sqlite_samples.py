@@ -29,16 +29,16 @@ def sample_page_query(run_key: int, q: SampleQuery) -> tuple[str, str, tuple, tu
     _validate(q)
     where, args = _filters(run_key, q)
     order = ORDERS[q.order]
-    narrow = ", ".join(f"s.{c.strip()}" for c in rows.SAMPLE_COLUMNS.split(","))
-    payload = (", ".join(f"p.{c.strip()}" for c in rows.PAYLOAD_COLUMNS.split(","))
-               if q.include_token_arrays else _PAYLOAD_NO_ARRAYS)
+    payload = (rows.columns("p", rows.PAYLOAD_COLUMNS) if q.include_token_arrays
+               else _PAYLOAD_NO_ARRAYS)
     count_sql = f"SELECT COUNT(*) FROM samples s WHERE {where}"
     # the page is chosen on the narrow table first; only its rows are joined to the payloads
     page_sql = (
-        f"SELECT {narrow.replace('s.', 'pg.')}, {payload} FROM "
-        f"(SELECT s.run_key, {narrow} FROM samples s WHERE {where} ORDER BY {order} "
-        f"LIMIT ? OFFSET ?) pg JOIN sample_payloads p ON p.run_key = pg.run_key "
-        f"AND p.step = pg.step AND p.sample_id = pg.sample_id ORDER BY {order.replace('s.', 'pg.')}"
+        f"SELECT {rows.columns('pg', rows.SAMPLE_COLUMNS)}, {payload} FROM "
+        f"(SELECT {rows.columns('s', rows.SAMPLE_COLUMNS + ('payload_id',))} FROM samples s "
+        f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?) pg "
+        f"JOIN sample_payloads p ON p.payload_id = pg.payload_id "
+        f"ORDER BY {order.replace('s.', 'pg.')}"
     )
     return count_sql, page_sql, args, (q.limit, q.offset)
 
@@ -75,8 +75,7 @@ def _filters(run_key: int, q: SampleQuery) -> tuple[str, tuple]:
     if q.text:
         pattern = "%" + q.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         clauses.append(
-            "EXISTS (SELECT 1 FROM sample_payloads t WHERE t.run_key = s.run_key AND "
-            "t.step = s.step AND t.sample_id = s.sample_id AND "
+            "EXISTS (SELECT 1 FROM sample_payloads t WHERE t.payload_id = s.payload_id AND "
             "(t.prompt LIKE ? ESCAPE '\\' OR t.response LIKE ? ESCAPE '\\'))")
         args += [pattern, pattern]
     return " AND ".join(clauses), tuple(args)

@@ -62,11 +62,6 @@ class SqliteWriter:
             "last_step = MAX(COALESCE(last_step, ?), COALESCE(?, last_step)) WHERE run_key = ?",
             (wall_time, last_step, last_step, self._run_key(run_id)))
 
-    def update_config(self, run_id: str, config: Mapping) -> None:
-        """Replace the stored config of a run (used when a resumed run brings a new config)."""
-        self._execute_one("UPDATE runs SET config = ? WHERE run_key = ?",
-                          (rows.config_json(config), self._run_key(run_id)))
-
     # ------------------------------------------------------------------ data
 
     def write_batch(self, run_id: str, batch: Batch) -> None:
@@ -80,7 +75,8 @@ class SqliteWriter:
                 self._write_all(run_key, batch, new_names, new_run_names)
                 self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
             raise _store_error("write batch", exc) from exc
@@ -94,20 +90,22 @@ class SqliteWriter:
         run_key = self._run_key(run_id)
         params = [(run_key, int(step), json.dumps(sorted(int(i) for i in ids)))
                   for step, ids in keep.items()]
-        where = ("WHERE run_key = ? AND step = ? AND sample_id NOT IN "
-                 "(SELECT value FROM json_each(?))")
+        doomed = ("SELECT payload_id FROM samples WHERE run_key = ? AND step = ? AND "
+                  "has_token_arrays = 1 AND sample_id NOT IN (SELECT value FROM json_each(?))")
         try:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 self._conn.executemany(
                     "UPDATE sample_payloads SET tokens = NULL, logprobs = NULL, "
-                    f"ref_logprobs = NULL, token_kl = NULL {where}", params)
+                    f"ref_logprobs = NULL, token_kl = NULL WHERE payload_id IN ({doomed})", params)
                 self._conn.executemany(
-                    f"UPDATE samples SET has_token_arrays = 0 {where} AND has_token_arrays = 1",
+                    "UPDATE samples SET has_token_arrays = 0 WHERE run_key = ? AND step = ? AND "
+                    "has_token_arrays = 1 AND sample_id NOT IN (SELECT value FROM json_each(?))",
                     params)
                 self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
             raise _store_error("strip token arrays", exc) from exc
@@ -172,31 +170,43 @@ class SqliteWriter:
     def _write_samples(self, run_key: int, batch: Batch, now: float, steps: dict) -> None:
         if not batch.samples:
             return
+        self._delete_rewritten_samples(run_key, batch)
+        first_id = self._conn.execute(
+            "SELECT COALESCE(MAX(payload_id), 0) + 1 FROM sample_payloads").fetchone()[0]
         narrow, payloads, flags = [], [], []
-        for s in batch.samples:
-            n, p = rows.sample_rows(run_key, s, now)
+        for i, s in enumerate(batch.samples):
+            n, p = rows.sample_rows(run_key, s, now, first_id + i)
             narrow.append(n)
             payloads.append(p)
-            flags.extend((run_key, str(f), int(s.step), int(s.sample_id)) for f in set(s.flags))
-            steps.setdefault(int(s.step), now)
-        lo = min(s.step for s in batch.samples)
-        hi = max(s.step for s in batch.samples)
-        if self._conn.execute("SELECT EXISTS (SELECT 1 FROM sample_flags WHERE run_key = ? AND "
-                              "step BETWEEN ? AND ?)", (run_key, lo, hi)).fetchone()[0]:
-            # a re-written step: its old flags must not survive the replaced samples
-            self._conn.executemany(
-                "DELETE FROM sample_flags WHERE run_key = ? AND step = ? AND sample_id = ?",
-                [(run_key, s.step, s.sample_id) for s in batch.samples])
+            if s.flags:
+                flags.extend((run_key, str(f), n[1], n[2]) for f in set(s.flags))
+            steps.setdefault(n[1], now)
         self._conn.executemany(
-            f"INSERT OR REPLACE INTO samples (run_key, {rows.SAMPLE_COLUMNS}, wall_time) "
-            f"VALUES ({', '.join('?' * 18)})", narrow)
+            f"INSERT OR REPLACE INTO samples (run_key, {', '.join(rows.SAMPLE_COLUMNS)}, "
+            f"wall_time, payload_id) VALUES ({', '.join('?' * 19)})", narrow)
         self._conn.executemany(
-            f"INSERT OR REPLACE INTO sample_payloads (run_key, step, sample_id, "
-            f"{rows.PAYLOAD_COLUMNS}) VALUES ({', '.join('?' * 10)})", payloads)
+            f"INSERT INTO sample_payloads (payload_id, {', '.join(rows.PAYLOAD_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * 8)})", payloads)
         if flags:
             self._conn.executemany(
                 "INSERT OR IGNORE INTO sample_flags (run_key, flag, step, sample_id) "
                 "VALUES (?, ?, ?, ?)", flags)
+
+    def _delete_rewritten_samples(self, run_key: int, batch: Batch) -> None:
+        """A step written again (a resumed run re-logging steps) replaces its old samples: their
+        payloads and flags go too. One index probe when nothing is rewritten."""
+        lo = min(int(s.step) for s in batch.samples)
+        hi = max(int(s.step) for s in batch.samples)
+        if not self._conn.execute("SELECT EXISTS (SELECT 1 FROM samples WHERE run_key = ? AND "
+                                  "step BETWEEN ? AND ?)", (run_key, lo, hi)).fetchone()[0]:
+            return
+        keys = [(run_key, int(s.step), int(s.sample_id)) for s in batch.samples]
+        where = "run_key = ? AND step = ? AND sample_id = ?"
+        self._conn.executemany(
+            f"DELETE FROM sample_payloads WHERE payload_id = "
+            f"(SELECT payload_id FROM samples WHERE {where})", keys)
+        self._conn.executemany(f"DELETE FROM sample_flags WHERE {where}", keys)
+        self._conn.executemany(f"DELETE FROM samples WHERE {where}", keys)
 
     def _write_appends(self, run_key: int, batch: Batch, now: float) -> None:
         tables = (

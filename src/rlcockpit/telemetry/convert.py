@@ -25,8 +25,6 @@ from rlcockpit.records import (
 from rlcockpit.telemetry.drops import DropCounter
 
 _SAMPLE_FIELDS = {f.name for f in dataclasses.fields(SampleRecord)}
-_ARRAY_FIELDS = ("logprobs", "ref_logprobs", "token_kl")
-_OPTIONAL_FLOATS = ("uncertainty", "advantage", "value", "kl_sum", "kl_max")
 
 
 def as_step(step: Any) -> int:
@@ -76,14 +74,17 @@ def histogram(step: int, payload: tuple, wall: float) -> HistogramRecord:
 
 
 def sample(step: int, raw: SampleRecord | Mapping[str, Any]) -> SampleRecord:
-    """A normalised SampleRecord at ``step`` (the step given to log_samples wins)."""
+    """A normalised SampleRecord at ``step`` (the step given to log_samples wins).
+
+    Per-token float arrays become float16 numpy arrays — what the store keeps — in one C call
+    each, instead of tuples of Python floats.
+    """
     if isinstance(raw, SampleRecord):
-        fields = {f: getattr(raw, f) for f in _SAMPLE_FIELDS}
+        fields = dict(raw.__dict__)
     elif isinstance(raw, Mapping):
-        unknown = set(raw) - _SAMPLE_FIELDS
-        if unknown:
-            raise TypeError(f"unknown sample field(s) {sorted(unknown)}; SampleRecord fields "
-                            f"are {sorted(_SAMPLE_FIELDS)}")
+        if not _SAMPLE_FIELDS.issuperset(raw):
+            raise TypeError(f"unknown sample field(s) {sorted(set(raw) - _SAMPLE_FIELDS)}; "
+                            f"SampleRecord fields are {sorted(_SAMPLE_FIELDS)}")
         fields = dict(raw)
     else:
         raise TypeError(f"a sample must be a SampleRecord or a dict, got {type(raw).__name__}")
@@ -92,24 +93,54 @@ def sample(step: int, raw: SampleRecord | Mapping[str, Any]) -> SampleRecord:
 
 
 def _normalise(f: dict[str, Any]) -> dict[str, Any]:
-    f["sample_id"] = as_step(f["sample_id"])
-    f["reward"] = to_float(f["reward"])
-    f["prompt"], f["response"] = str(f["prompt"]), str(f["response"])
-    for name in _OPTIONAL_FLOATS:
-        if f.get(name) is not None:
-            f[name] = to_float(f[name])
-    if "components" in f:
-        f["components"] = {str(k): to_float(v) for k, v in dict(f["components"]).items()}
-    if "flags" in f:
-        f["flags"] = tuple(str(x) for x in f["flags"])
-    for name in _ARRAY_FIELDS:
-        if f.get(name) is not None:
-            f[name] = tuple(to_array(f[name]).tolist())
-    if f.get("tokens") is not None:
-        f["tokens"] = tuple(str(t) for t in f["tokens"])
-    if "length" in f:
-        f["length"] = int(f["length"])
+    """Coerce each given field to its record type; a no-op check for values already right."""
+    for name, value in f.items():
+        fix = _NORMALISERS.get(name)
+        if fix is not None and value is not None:
+            f[name] = fix(value)
     return f
+
+
+def _float(value: Any) -> float:
+    return value if type(value) is float else to_float(value)
+
+
+def _int(value: Any) -> int:
+    return value if type(value) is int else as_step(value)
+
+
+def _str(value: Any) -> str:
+    return value if type(value) is str else str(value)
+
+
+def _f16(values: Any) -> np.ndarray:
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().float().numpy()
+    return np.asarray(values, dtype=np.float16).ravel()
+
+
+def _components(values: Mapping[str, Any]) -> dict[str, float]:
+    return {_str(k): _float(v) for k, v in values.items()}
+
+
+def _strings(values: Any) -> tuple[str, ...]:
+    return tuple(_str(x) for x in values)
+
+
+def _tokens(values: Any) -> tuple:
+    # kept as given (the store's encoder turns non-str tokens into text in one pass)
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    return tuple(values)
+
+
+_NORMALISERS = {
+    "sample_id": _int, "group_id": _int, "length": _int, "reward": _float,
+    "uncertainty": _float, "advantage": _float, "value": _float, "kl_sum": _float,
+    "kl_max": _float, "prompt": _str, "response": _str, "category": _str, "prompt_id": _str,
+    "truncated": bool, "components": _components, "flags": _strings, "tokens": _tokens,
+    "logprobs": _f16, "ref_logprobs": _f16, "token_kl": _f16,
+}
 
 
 def event(step: int, payload: tuple, wall: float) -> EventRecord:
