@@ -35,19 +35,24 @@ def parquet_schema(kind: str) -> Any:
     import pyarrow as pa
 
     f64, i64, text = pa.float64(), pa.int64(), pa.string()
+
+    def list_of(kind: Any) -> Any:
+        # "element" is the child name Parquet files use; with it the schema read back is equal
+        return pa.list_(pa.field("element", kind))
+
     fields = {
         "metrics": [("step", i64), ("name", text), ("value", f64), ("wall_time", f64)],
         "samples": [
             ("step", i64), ("sample_id", i64), ("prompt", text), ("response", text), ("reward", f64),
             ("prompt_id", text), ("group_id", i64), ("category", text),
-            ("components", pa.map_(text, f64)), ("uncertainty", f64), ("flags", pa.list_(text)),
+            ("components", pa.map_(text, f64)), ("uncertainty", f64), ("flags", list_of(text)),
             ("length", i64), ("truncated", pa.bool_()), ("advantage", f64), ("value", f64),
-            ("kl_sum", f64), ("kl_max", f64), ("tokens", pa.list_(text)),
-            ("logprobs", pa.list_(f64)), ("ref_logprobs", pa.list_(f64)), ("token_kl", pa.list_(f64)),
+            ("kl_sum", f64), ("kl_max", f64), ("tokens", list_of(text)),
+            ("logprobs", list_of(f64)), ("ref_logprobs", list_of(f64)), ("token_kl", list_of(f64)),
         ],
         "findings": [
             ("step", i64), ("detector", text), ("severity", text), ("message", text),
-            ("evidence", text), ("patterns", pa.list_(text)), ("status", text), ("wall_time", f64),
+            ("evidence", text), ("patterns", list_of(text)), ("status", text), ("wall_time", f64),
         ],
         "events": [("step", i64), ("kind", text), ("payload", text), ("wall_time", f64)],
     }[kind]
