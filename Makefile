@@ -37,6 +37,7 @@ clean:
 # Trainer benchmarks (benchmarks/README.md). TRL lives ONLY in its own venvs, never in the project's
 # extras: .benchvenv-trl has the latest TRL (GRPOTrainer), .benchvenv-trl-ppo has TRL 1.12, the last
 # release that ships trl.experimental.ppo.PPOTrainer. torch is pinned first, as for the project venv.
+# BENCH_ARGS passes flags through, e.g. `make bench-learning BENCH_ARGS="--algo grpo"`.
 TRL_VENV     ?= .benchvenv-trl
 TRL_PPO_VENV ?= .benchvenv-trl-ppo
 .PHONY: bench-trainer bench-learning
@@ -55,10 +56,10 @@ $(TRL_PPO_VENV)/.installed: benchmarks/requirements-trl-ppo.txt pyproject.toml
 
 bench-trainer: $(STAMP) $(TRL_VENV)/.installed $(TRL_PPO_VENV)/.installed
 	$(PY) benchmarks/trainer_speed.py --trl-python $(TRL_VENV)/bin/python \
-		--trl-ppo-python $(TRL_PPO_VENV)/bin/python
+		--trl-ppo-python $(TRL_PPO_VENV)/bin/python $(BENCH_ARGS)
 
 bench-learning: $(STAMP)
-	$(PY) benchmarks/learning.py
+	$(PY) benchmarks/learning.py $(BENCH_ARGS)
 
 # Telemetry and store benchmarks (benchmarks/README.md). MLflow, W&B and TensorBoard(X) live ONLY in
 # .benchvenv-trackers, never in the project's extras; torch is pinned first, as for the project venv.
