@@ -34,7 +34,7 @@ def example_config(algo: str) -> Path:
     return EXAMPLES / f"{algo}_tiny.yaml"
 
 
-def load_train_config(config: Path, overrides: list[str]):
+def load_train_config(config: Path | None, overrides: list[str]):
     """The validated TrainConfig exactly as ``rlcockpit train`` would build it (stdlib only)."""
     from rlcockpit.config import load_config
     from rlcockpit.trainer.config import TrainConfig
@@ -50,12 +50,13 @@ def thread_env(threads: int) -> dict[str, str]:
     return env
 
 
-def run_train(config: Path, db: Path, overrides: list[str], *, threads: int = 0,
+def run_train(config: Path | None, db: Path, overrides: list[str], *, threads: int = 0,
               timeout_s: float = 3600.0) -> TrainRun:
-    """``python -m rlcockpit train --config CONFIG --store sqlite:///DB --quiet OVERRIDES...``."""
+    """``python -m rlcockpit train [--config CONFIG] --store sqlite:///DB --quiet OVERRIDES...``."""
     uri = f"sqlite:///{db}"
     extra = [f"model.threads={threads}"] if threads > 0 else []
-    cmd = [sys.executable, "-m", "rlcockpit", "train", "--config", str(config), "--store", uri,
+    cfg_args = ["--config", str(config)] if config is not None else []
+    cmd = [sys.executable, "-m", "rlcockpit", "train", *cfg_args, "--store", uri,
            "--quiet", *overrides, *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=db.parent, env=thread_env(threads), capture_output=True,

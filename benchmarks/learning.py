@@ -1,7 +1,8 @@
 """Does the tiny policy learn? Validation reward and accuracy per category, SFT start vs. end.
 
-Runs the real CLI, ``python -m rlcockpit train --config examples/<algo>_tiny.yaml`` (the defaults are
-the ``rlcockpit demo`` budget), in a fresh subprocess into a fresh SQLite store, then reads the
+Runs the real CLI, ``python -m rlcockpit train``, in a fresh subprocess into a fresh SQLite store with
+the ``rlcockpit demo`` budget: PPO with the default TrainConfig (what the demo trains) for the demo's
+step count; ``--algo grpo`` trains examples/grpo_tiny.yaml for the same number of steps. It reads the
 trainer's own evaluation back from the store: ``eval/accuracy/<category>``, ``eval/reward/mean``
 and ``eval/reward/category/<category>/mean`` at the first evaluation (step 0, the SFT warm start)
 and at the last one. Target: math accuracy +15 points within 10 minutes on 2 CPU cores.
@@ -30,25 +31,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--algo", choices=("ppo", "grpo"), default="ppo")
     p.add_argument("--config", type=Path, default=None,
-                   help="config YAML (default examples/<algo>_tiny.yaml)")
+                   help="config YAML (default: none for ppo = the demo's config, examples/grpo_tiny.yaml "
+                        "for grpo)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps (default: the demo's, rlcockpit.cli.demo.DEFAULT_STEPS)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted config override, repeatable (e.g. --set optim.actor_lr=1e-4)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = the config's / torch default)")
     p.add_argument("--keep-store", type=Path, default=None,
                    help="write the run into this SQLite file instead of a temporary one")
     p.add_argument("--quick", action="store_true",
-                   help="smoke mode: 2 steps, eval at 0 and 2 on 8 validation prompts")
+                   help="smoke mode: 2 steps, eval at 0 and 2 on the first 24 validation prompts (all 4 categories)")
     return p.parse_args(argv)
 
 
-QUICK = ["train.steps=2", "eval.every=2", "eval.max_prompts=8", "eval.batch_size=8",
+QUICK = ["train.steps=2", "eval.every=2", "eval.max_prompts=24", "eval.batch_size=24",
          "rollout.batch_size=4", "rollout.max_new_tokens=12", "ppo.epochs=1"]
 
 
+def config_path(args: argparse.Namespace) -> Path | None:
+    """The demo trains the default TrainConfig (no YAML); GRPO has its example file."""
+    if args.config is not None:
+        return args.config
+    return tr.example_config("grpo") if args.algo == "grpo" else None
+
+
 def overrides_for(args: argparse.Namespace, workdir: Path) -> list[str]:
-    out = list(QUICK) if args.quick else []
+    from rlcockpit.cli.demo import DEFAULT_STEPS
+
+    out = [f"train.steps={args.steps or DEFAULT_STEPS}"]
+    if args.config is None and args.algo == "ppo":
+        out += ["name=demo", "project=demo"]  # exactly rlcockpit.cli.demo.demo_config
     if args.quick:
-        cfg = tr.load_train_config(args.config or tr.example_config(args.algo), [*out, *args.overrides])
+        out += QUICK
+        # minibatch 1 always divides; it only serves to read samples_per_step of the quick batch
+        cfg = tr.load_train_config(config_path(args), [*out, *args.overrides, "ppo.minibatch_size=1"])
         out.append(f"ppo.minibatch_size={cfg.samples_per_step}")
     return [*out, *args.overrides, f"checkpoint.dir={workdir / 'checkpoints'}"]
 
@@ -119,7 +136,7 @@ def _f(x: float | None, nd: int = 3) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    config = args.config or tr.example_config(args.algo)
+    config = config_path(args)
     with tempfile.TemporaryDirectory(prefix="bench-learning-") as tmp:
         work = Path(tmp)
         db = args.keep_store.resolve() if args.keep_store else work / "learning.db"

@@ -57,6 +57,7 @@ class Workload:
     minibatches: int
     clip_eps: float
     seed: int
+    model: str
 
 
 @dataclass
@@ -101,7 +102,7 @@ def workload(algo: str, steps: int, overrides: list[str]) -> Workload:
         max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
         top_p=cfg.rollout.top_p, kl_coef=cfg.kl.coef, lr=cfg.optim.actor_lr, epochs=cfg.ppo.epochs,
         minibatches=cfg.samples_per_step // cfg.ppo.minibatch_size, clip_eps=cfg.ppo.clip_eps,
-        seed=cfg.seed,
+        seed=cfg.seed, model=model_dir(cfg.model.path),
     )
 
 
@@ -124,7 +125,7 @@ def probe_trl(python: Path, algo: str) -> tuple[str | None, str]:
 
 
 def trl_args(w: Workload) -> list[str]:
-    return ["--algo", w.algo, "--model", str(sft_checkpoint()), "--steps", str(w.steps),
+    return ["--algo", w.algo, "--model", w.model, "--steps", str(w.steps),
             "--batch-size", str(w.batch_size), "--n-samples", str(w.n_samples),
             "--max-new-tokens", str(w.max_new_tokens), "--temperature", str(w.temperature),
             "--top-p", str(w.top_p), "--kl-coef", str(w.kl_coef), "--lr", str(w.lr),
@@ -132,10 +133,13 @@ def trl_args(w: Workload) -> list[str]:
             "--clip-eps", str(w.clip_eps), "--seed", str(w.seed)]
 
 
-def sft_checkpoint() -> Path:
-    from rlcockpit.world import SFT_CHECKPOINT
+def model_dir(path: str) -> str:
+    """Our ``model.path`` as a directory TRL can load: "tiny" is the shipped SFT checkpoint."""
+    if path == "tiny":
+        from rlcockpit.world import SFT_CHECKPOINT
 
-    return Path(SFT_CHECKPOINT)
+        return str(SFT_CHECKPOINT)
+    return str(Path(path).resolve())
 
 
 def run_trl_once(python: Path, w: Workload, threads: int) -> Measure:
