@@ -72,20 +72,25 @@ class SqliteStore:
     def _connect(self, read_only: bool = False) -> sqlite3.Connection:
         try:
             return connect(self.path, busy_timeout_s=self.busy_timeout_s, read_only=read_only)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open store {self.path}: {exc}",
-                             details={"path": str(self.path)}) from exc
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}; check the path and its "
+                             "permissions", details={"path": str(self.path)}) from exc
+        except sqlite3.DatabaseError as exc:  # "file is not a database": corrupt or foreign
+            raise _not_a_store(self.path, exc) from exc
 
     def _open_and_migrate(self) -> int:
         conn = self._connect()
         try:
             return _validate_and_migrate(conn, self.path)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(
-                f"{self.path} is not a readable rlcockpit SQLite store ({exc}); move the file "
-                "away or choose another path", details={"path": str(self.path)}) from exc
+            raise _not_a_store(self.path, exc) from exc
         finally:
             conn.close()
+
+
+def _not_a_store(path: Path, exc: Exception) -> StoreError:
+    return StoreError(f"{path} is not a readable rlcockpit SQLite store ({exc}); move the file "
+                      "away or choose another path", details={"path": str(path)})
 
 
 def _validate_and_migrate(conn: sqlite3.Connection, path: Path) -> int:
