@@ -16,6 +16,7 @@ return length or type — raises :class:`RewardFunctionError` naming the functio
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -90,9 +91,11 @@ class RewardFunction:
         unknown = sorted(set(self.weights) - set(self.components or ()))
         if unknown:
             have = ", ".join(self.components or ()) or "none (it returns plain floats)"
+            close = difflib.get_close_matches(unknown[0], list(self.components or ()), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
             raise RewardFunctionError(
-                f"reward.weights.{unknown[0]} names a component that {self.name} does not return; "
-                f"its components: {have}", details={"function": self.name, "key": f"reward.weights.{unknown[0]}"})
+                f"reward.weights.{unknown[0]} names a component that {self.name} does not return{hint} "
+                f"(its components: {have})", details={"function": self.name, "key": f"reward.weights.{unknown[0]}"})
 
 
 def resolve(spec: str) -> Callable[..., Any]:
@@ -161,10 +164,10 @@ def parse_output(out: Any, n: int, name: str, weights: Mapping[str, float]) -> S
                            flags=tuple(() for _ in out))
     if all(isinstance(x, Mapping) for x in out):
         return _parse_dicts(out, name, weights)
-    bad = next(i for i, x in enumerate(out) if not (_is_number(x) or isinstance(x, Mapping)))
-    kind = type(out[bad]).__name__
-    raise RewardFunctionError(f"reward function {name} returned a {kind} at index {bad}; every item must be "
-                              "a number, or every item a dict of named numbers", details={"function": name})
+    bad = next((i for i, x in enumerate(out) if not (_is_number(x) or isinstance(x, Mapping))), None)
+    what = "numbers mixed with dicts" if bad is None else f"a {type(out[bad]).__name__} at index {bad}"
+    raise RewardFunctionError(f"reward function {name} returned {what}; every item must be a number, or every "
+                              "item a dict of named numbers", details={"function": name})
 
 
 def _parse_dicts(out: Sequence[Mapping[str, Any]], name: str, weights: Mapping[str, float]) -> ScoredBatch:

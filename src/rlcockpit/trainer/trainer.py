@@ -378,7 +378,7 @@ class Trainer:
                                  progress=1.0 if ok else None)
 
     def _phase_overrun(self, phase: str, step: int, elapsed: float, limit: float) -> None:
-        log.warning("phase %s at step %d has run %.1f s, over its limit of %g s", phase, step, elapsed, limit)
+        log.warning("phase %s at step %d has run %.2f s, over its limit of %g s", phase, step, elapsed, limit)
         if self.telemetry is not None:
             self.telemetry.event(step, "phase_timeout", {"phase": phase, "elapsed_s": elapsed, "limit_s": limit,
                                                          "action": self.cfg.timeouts.on_timeout})
