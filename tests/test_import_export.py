@@ -398,6 +398,12 @@ def test_export_errors_are_clear(tmp_path):
     export(db, "metrics", out=out)
     assert len(out.read_text().splitlines()) == 4
     assert not list(tmp_path.glob(".*partial"))
+    # a run without findings: an empty JSONL and a Parquet file with the schema and no rows
+    import_ok(db, FIXTURES / "openrlhf_metrics.jsonl")
+    assert export(db, "findings", run="r") == ""
+    export(db, "findings", "parquet", tmp_path / "f.parquet", run="r")
+    empty = pq.read_table(tmp_path / "f.parquet")
+    assert empty.num_rows == 0 and same_schema(empty.schema, parquet_schema("findings"))
 
 
 # --- refusing bad input without writing anything ----------------------------------------------

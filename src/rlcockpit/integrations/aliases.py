@@ -25,7 +25,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 SOURCES = ("trl-grpo", "trl-ppo", "verl", "openrlhf")
 NATIVE_SOURCE = "rlcockpit"  # files rlcockpit exported itself: names are kept verbatim
@@ -253,15 +253,20 @@ def rename_keys(keys: Iterable[str], source: str) -> dict[str, str]:
     """foreign key -> stored name for one step's keys. When two keys map to the same catalog name
     (e.g. verl's ``actor/kl_loss`` and ``actor/reward_kl_penalty``), the earlier alias row wins and
     the other key is kept under ``import/<source>/<key>``: no value is lost or silently replaced."""
-    out: dict[str, str] = {}
+    return dict(_rename(frozenset(keys), source))
+
+
+@lru_cache(maxsize=1024)  # consecutive steps of a log almost always carry the same keys
+def _rename(keys: frozenset[str], source: str) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
     used: set[str] = set()
-    for key in sorted(set(keys), key=lambda k: (_priority(k, source), k)):
+    for key in sorted(keys, key=lambda k: (_priority(k, source), k)):
         name = import_name(key, source)
         if name in used:
             name = f"{IMPORT_PREFIX}{source}/{key}"
         used.add(name)
-        out[key] = name
-    return out
+        out.append((key, name))
+    return tuple(out)
 
 
 def map_keys(values: Mapping[str, float], source: str) -> dict[str, float]:

@@ -23,6 +23,7 @@ WHATS = ("metrics", "samples", "findings", "events")
 FORMATS = ("jsonl", "parquet")
 NAMES_PER_READ = 64  # metric names per read_series call
 SAMPLES_PER_PAGE = 2_000
+PARQUET_ROWS = 50_000  # rows per Parquet row group
 
 
 def metric_rows(reader: StoreReader, run_id: str) -> dict[int, dict[str, tuple[float, float]]]:
@@ -98,13 +99,30 @@ def write_jsonl(rows: Iterator[dict[str, Any]], stream: IO[str]) -> int:
 
 
 def write_parquet(rows: Iterator[dict[str, Any]], what: str, path: Path) -> int:
+    """Stream rows into row groups of PARQUET_ROWS, so memory stays bounded for large runs."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = parquet_schema(what)
-    table = pa.Table.from_pylist(list(rows), schema=schema)
-    pq.write_table(table, path)
-    return table.num_rows
+    count = 0
+    with pq.ParquetWriter(path, schema) as writer:
+        for chunk in _chunks(rows, PARQUET_ROWS):
+            writer.write_table(pa.Table.from_pylist(chunk, schema=schema))
+            count += len(chunk)
+        if count == 0:  # an empty run still gets a valid file with the schema
+            writer.write_table(schema.empty_table())
+    return count
+
+
+def _chunks(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def export_run(reader: StoreReader, run_id: str, *, what: str, fmt: str,
