@@ -10,12 +10,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from trainer_testkit import FAST, events, make_config, make_model_dir, reader, series
 
 from rlcockpit.cli import main
 from rlcockpit.store.base import SampleQuery
 from rlcockpit.trainer.samples import NONFINITE_FLAG
 from rlcockpit.trainer.trainer import Trainer
+from trainer_testkit import FAST, events, make_config, make_model_dir, reader, series
 
 ROOT = Path(__file__).resolve().parent.parent
 GRPO = str(ROOT / "examples" / "grpo_tiny.yaml")

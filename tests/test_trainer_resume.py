@@ -7,11 +7,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from trainer_testkit import make_config, make_model_dir, reader, series
 
 from rlcockpit.cli import main
 from rlcockpit.trainer.checkpoint import resolve_checkpoint
 from rlcockpit.trainer.trainer import Trainer
+from trainer_testkit import make_config, make_model_dir, reader, series
 
 K, TOTAL = 3, 8
 # everything with state: adaptive KL and clip, reward and value normalisers, cosine lr, evaluation
