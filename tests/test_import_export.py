@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import rlcockpit
 from rlcockpit.integrations.importers import detect_format, expand_paths
 from rlcockpit.integrations.records_io import parquet_schema
 from rlcockpit.records import (
@@ -341,6 +343,26 @@ def same_schema(read: pa.Schema, declared: pa.Schema) -> bool:
     return read.equals(declared) and read.metadata == declared.metadata
 
 
+def test_a_run_logged_with_the_telemetry_sdk_moves_to_another_store(tmp_path):
+    src, dst = tmp_path / "train.db", tmp_path / "archive.db"
+    with rlcockpit.init(project="demo", name="sdk", store=f"sqlite:///{src}", run_id="sdk") as run:
+        for step in range(3):
+            run.log(step, {"reward/mean": 0.5 * step, "kl/mean": math.nan if step == 1 else 0.25})
+            run.log_samples(step, [SampleRecord(step=step, sample_id=i, prompt=f"q{i}", response="a",
+                                                reward=float(i), logprobs=(-0.5, -1.0))
+                                   for i in range(2)])
+            run.commit(step)
+    paths = [tmp_path / "m.jsonl", tmp_path / "s.parquet"]
+    export(src, "metrics", "jsonl", paths[0], run="sdk")
+    export(src, "samples", "parquet", paths[1], run="sdk")
+    import_ok(dst, *paths)
+    for what in ("metrics", "samples"):
+        assert export(dst, what, run="r") == export(src, what, run="sdk")
+    assert math.isnan(series(dst)["kl/mean"][1])
+    assert [s.logprobs for s in samples(dst)] == [(-0.5, -1.0)] * 6
+    assert run_info(dst).status == run_info(src, "sdk").status == "finished"
+
+
 def test_parquet_metrics_keep_wall_times_and_a_stable_schema(tmp_path):
     db = tmp_path / "s.db"
     make_source_run(db)
@@ -469,6 +491,17 @@ def test_existing_run_id_and_two_tensorboard_runs_are_refused(tmp_path):
     both = cli("import", "--store", f"sqlite:///{db}", FIXTURES / "tensorboard")
     assert both.returncode == 2 and "Import one run folder at a time" in both.stderr
     assert run_ids(db) == ["r"]
+
+
+def test_default_run_id_and_name(tmp_path):
+    db = tmp_path / "s.db"
+    result = cli("import", "--store", f"sqlite:///{db}", FIXTURES / "openrlhf_metrics.jsonl")
+    assert result.returncode == 0, result.stderr
+    (run_id,) = run_ids(db)
+    assert re.fullmatch(r"imp-\d{8}-\d{6}-[0-9a-f]{6}", run_id)
+    assert run_id in result.stdout
+    info = run_info(db, run_id)
+    assert (info.name, info.project, info.status) == ("openrlhf_metrics", "imported", "finished")
 
 
 def test_help_of_both_commands():

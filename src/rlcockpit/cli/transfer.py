@@ -110,7 +110,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         run_id = args.run_id or new_run_id()
         ensure_new_run_id(reader, run_id)
-        name = args.name or Path(args.paths[0]).resolve().name
+        first = Path(args.paths[0]).resolve()
+        name = args.name or (first.stem if first.is_file() else first.name)
         run = write_import(writer, parsed, project=args.project, name=name, run_id=run_id)
     finally:
         reader.close()

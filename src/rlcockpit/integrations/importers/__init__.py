@@ -161,10 +161,10 @@ def _check_sample_ids(parsed: ParsedImport) -> None:
 
 
 def new_run_id() -> str:
-    """A short unique id for an imported run, e.g. ``imp-20250101-120000-3fa2``."""
-    import secrets
+    """The telemetry's run id with an ``imp-`` prefix, e.g. ``imp-20250101-120000-3fa2c1``."""
+    from rlcockpit.telemetry import new_run_id as telemetry_run_id
 
-    return f"imp-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    return f"imp-{telemetry_run_id()}"
 
 
 def import_config(parsed: ParsedImport) -> dict[str, Any]:
