@@ -28,6 +28,46 @@ from rlcockpit.metrics.stats import length_stats, repetition_rate
 from rlcockpit.trainer.live import LIVE_SPECS, LiveParams
 from rlcockpit.trainer.step import StepState
 
+# Every metric the trainer logs, as catalog names (templates keep their <placeholder>). The smoke
+# tests check that a real run logs exactly these; docs/trainer.md lists them all.
+LOGGED_METRICS: dict[str, str] = {
+    "reward/mean": "every step", "reward/std": "every step", "reward/min": "every step",
+    "reward/max": "every step", "reward/raw/mean": "every step", "reward/normalized/mean": "every step",
+    "reward/<component>/mean": "every step, per component the reward function returns",
+    "reward/category/<category>/mean": "every step, per prompt category in the batch",
+    "reward/nonfinite_total": "every step", "reward/frac_zero_std_groups": "GRPO",
+    "reward/scale": "every step (live)",
+    "kl/mean": "every step", "kl/token_mean": "every step", "kl/token_max": "every step",
+    "kl/token_p99": "every step", "kl/coef": "every step (live / adaptive)", "kl/target": "with kl.adaptive (live)",
+    "kl/cycle_delta": "from the second step",
+    "policy/entropy": "every step", "policy/approx_kl": "every step", "policy/clip_frac": "every step",
+    "policy/ratio_mean": "every step", "policy/ratio_max": "every step", "policy/loss": "every step",
+    "policy/clip_eps": "every step (live / adaptive)", "policy/entropy_coef": "every step (live)",
+    "ppo/epochs": "every step (live)",
+    "value/loss": "PPO", "value/mean": "PPO", "value/std": "PPO", "value/explained_var": "PPO",
+    "value/clip_frac": "PPO", "value/clip_range": "PPO with ppo.value_clip > 0 (live)",
+    "advantage/mean": "every step", "advantage/std": "every step", "advantage/abs_median": "every step",
+    "advantage/whitened_std": "every step", "returns/mean": "PPO",
+    "response/length_mean": "every step", "response/length_std": "every step", "response/length_max": "every step",
+    "response/truncated_frac": "every step", "response/eos_frac": "every step",
+    "response/repetition_rate": "every step", "response/ppl": "every step",
+    "rollout/temperature": "every step (live)", "rollout/top_p": "every step (live)",
+    "rollout/max_new_tokens": "every step (live)",
+    "grad/norm/actor": "every step", "grad/norm/critic": "PPO",
+    "grad/norm/layer/<name>": "every step, per actor layer group: embedding, block_<i>, head",
+    "grad/clip/actor": "every step (live)", "grad/clip/embedding": "every step (live)",
+    "grad/clip/critic": "PPO (live)", "update/ratio/actor": "every step", "update/ratio/critic": "PPO",
+    "optim/lr/actor": "every step (live x schedule)", "optim/lr/critic": "PPO (live x schedule)",
+    "time/<phase>_s": "every step, per phase that ran (init, rollout, score, advantage, update, eval, "
+                      "diagnose, hotfix, paused, checkpoint)",
+    "perf/tokens_per_s": "every step", "perf/samples_per_s": "every step", "sys/rss_gb": "every step",
+    "eval/reward/mean": "at step 0 and every eval.every steps",
+    "eval/reward/category/<category>/mean": "at evaluation steps", "eval/accuracy/<category>": "at evaluation "
+    "steps, when the reward function returns info/correct",
+    "reward/hist": "histogram, every step", "response/length/hist": "histogram, every step",
+    "advantage/hist": "histogram, every step", "value/hist": "histogram, PPO",
+}
+
 
 def _mean(values: np.ndarray) -> float:
     finite = values[np.isfinite(values)]

@@ -265,15 +265,16 @@ class Trainer:
 
     def _open_run(self, run_id: str | None) -> Any:
         import rlcockpit
-        from rlcockpit.telemetry import TokenArrayPolicy
+        from rlcockpit.telemetry import TokenArrayPolicy, new_run_id
 
         t = self.cfg.telemetry
         policy = TokenArrayPolicy(recent_steps=t.token_arrays_recent_steps,
                                   subset_per_step=t.token_arrays_subset_per_step, seed=t.token_arrays_seed)
-        name = self.cfg.name or None
-        return rlcockpit.init(project=self.cfg.project, name=name or f"{self.cfg.algo}", store=t.store,
-                              config=to_dict(self.cfg), run_id=run_id, resume=run_id is not None,
-                              token_arrays=policy)
+        resume = run_id is not None
+        run_id = run_id or new_run_id()
+        name = self.cfg.name or f"{self.cfg.algo}-{run_id}"
+        return rlcockpit.init(project=self.cfg.project, name=name, store=t.store, config=to_dict(self.cfg),
+                              run_id=run_id, resume=resume, token_arrays=policy)
 
     def _step_metrics(self, state: StepState) -> dict[str, float]:
         live, c = self.live.params, self.c
