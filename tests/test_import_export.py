@@ -228,7 +228,8 @@ def test_formats_are_detected_per_file_and_combine_into_one_run(tmp_path):
         "1.jsonl": "verl-rollout", "completions_00010.parquet": "trl-completions",
         "events.out.tfevents.1700000000.fixture.1": "tensorboard",
     }
-    for path in expand_paths([FIXTURES]):
+    expected["trainer_state.json"] = "jsonl-logger"
+    for path, _ in expand_paths([FIXTURES]):
         if path.name in expected:
             assert detect_format(path) == expected[path.name], path
     db = tmp_path / "s.db"
@@ -236,6 +237,28 @@ def test_formats_are_detected_per_file_and_combine_into_one_run(tmp_path):
     assert len(samples(db)) == 8
     assert series(db)["reward/mean"][2] == 0.4
     assert run_info(db).config["import"]["formats"] == ["jsonl-logger", "verl-rollout"]
+
+
+def test_a_trl_output_folder_gives_metrics_and_samples_and_skips_non_logs(tmp_path):
+    db = tmp_path / "s.db"
+    out = import_ok(db, FIXTURES / "trl_output")
+    assert "ignored" in out and "config.json" in out
+    got = series(db)
+    assert got["reward/mean"] == {1: 0.5, 2: 1.0}
+    assert got["policy/loss"] == {1: 0.008, 2: 0.008}  # policy_loss wins over the Trainer's loss
+    assert got["import/trl-grpo/loss"][1] == 0.01
+    assert got["kl/token_mean"] == {2: 0.002}  # null (NaN over the whole window) is not a value
+    assert got["eval/reward/mean"] == {2: 0.75}
+    assert got["import/trl-grpo/train_runtime"] == {2: 7.1}
+    assert [s.response for s in samples(db)] == ["42", "43"]
+    config = run_info(db).config["import"]
+    assert config["skipped_values"] == {"kl": 1}
+    assert list(config["ignored_files"]) == [str(FIXTURES / "trl_output" / "config.json")]
+    # with a format, the folder's other logs are left out too
+    db2 = tmp_path / "t.db"
+    out = import_ok(db2, "--format", "trl-completions", FIXTURES / "trl_output")
+    assert "is jsonl-logger, not trl-completions" in out
+    assert series(db2) == {} and len(samples(db2)) == 2
 
 
 # --- export and round trips -------------------------------------------------------------------

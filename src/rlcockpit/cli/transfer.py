@@ -130,6 +130,8 @@ def _print_summary(run_id: str, parsed) -> None:
           f"[{', '.join(sorted(parsed.sources))}]")
     if parsed.skipped:
         print(f"  skipped non-numeric values: {dict(sorted(parsed.skipped.items()))}")
+    for path, reason in parsed.ignored_files.items():
+        print(f"  ignored {path}: {reason.removeprefix(path + ': ')}")
     if parsed.unstored_sample_keys:
         print(f"  sample fields with no place in a sample record (listed in the run config): "
               f"{', '.join(sorted(parsed.unstored_sample_keys))}")

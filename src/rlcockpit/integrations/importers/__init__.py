@@ -51,20 +51,21 @@ def _is_candidate(path: Path) -> bool:
     return path.suffix in FILE_SUFFIXES or tensorboard.MARKER in path.name
 
 
-def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
-    """Files named on the command line; a directory stands for the candidate files inside it."""
-    out: list[Path] = []
+def expand_paths(paths: Sequence[str | Path]) -> list[tuple[Path, bool]]:
+    """(file, named explicitly) for the paths of the command line; a directory stands for the
+    candidate files inside it (by suffix), in natural order."""
+    out: list[tuple[Path, bool]] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             found = sorted((p for p in path.rglob("*") if p.is_file() and _is_candidate(p)),
                            key=_natural_key)
             if not found:
-                raise fail(path, "", "holds no .parquet, .jsonl or tfevents files",
+                raise fail(path, "", "holds no .parquet, .jsonl, .json or tfevents files",
                            "Point at the files (or the folder) your trainer wrote")
-            out += found
+            out += [(p, False) for p in found]
         elif path.is_file():
-            out.append(path)
+            out.append((path, True))
         else:
             raise fail(path, "", "does not exist", "Check the path")
     return out
@@ -76,6 +77,8 @@ def detect_format(path: Path) -> str:
         return "tensorboard"
     if path.suffix == ".parquet":
         return _detect_parquet(path)
+    if path.suffix == ".json" and jsonl_logger.sniff(path):  # a Trainer state, not JSON Lines
+        return "jsonl-logger"
     _check_first_line(path)
     if rlcockpit_files.sniff(path):
         return "rlcockpit"
@@ -139,13 +142,42 @@ def read_paths(paths: Sequence[str | Path], fmt: str | None = None,
         raise ConfigError(f"unknown import format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if source is not None and source not in SOURCES:
         raise ConfigError(f"unknown source {source!r}; choose one of {', '.join(SOURCES)}")
-    files = [(p, fmt or detect_format(p)) for p in expand_paths(paths)]
+    files, ignored = _choose_files(expand_paths(paths), fmt)
     _check_tensorboard_dirs(files)
-    parsed, numbering = ParsedImport(), SampleNumbering()
+    parsed, numbering = ParsedImport(ignored_files=ignored), SampleNumbering()
     for path, file_format in files:
         parsed.merge(_reader(file_format, numbering)(path, source))
     _check_sample_ids(parsed)
     return parsed
+
+
+def _choose_files(candidates: list[tuple[Path, bool]], fmt: str | None
+                  ) -> tuple[list[tuple[Path, str]], dict[str, str]]:
+    """(file, format) to read, and the files of a folder that are left out, with the reason.
+
+    A file named on the command line must be of ``fmt`` (or of a detectable format). A file found
+    in a folder is read only when its detected format is ``fmt`` (or any format without ``fmt``):
+    a TRL output folder also holds config.json and tokenizer files, which are not logs.
+    """
+    files, ignored = [], {}
+    for path, explicit in candidates:
+        if explicit:
+            files.append((path, fmt or detect_format(path)))
+            continue
+        try:
+            detected = detect_format(path)
+        except ImportFormatError as exc:
+            ignored[str(path)] = exc.message
+            continue
+        if fmt is None or detected == fmt:
+            files.append((path, detected))
+        else:
+            ignored[str(path)] = f"{path}: is {detected}, not {fmt}"
+    if not files:
+        raise ImportFormatError(
+            "none of the files found is a training log this importer reads: "
+            + "; ".join(ignored.values()), details={"ignored": ignored})
+    return files, ignored
 
 
 def _check_sample_ids(parsed: ParsedImport) -> None:
@@ -175,6 +207,7 @@ def import_config(parsed: ParsedImport) -> dict[str, Any]:
         "files": parsed.files,
         "skipped_values": dict(sorted(parsed.skipped.items())),
         "unstored_sample_keys": sorted(parsed.unstored_sample_keys),
+        "ignored_files": parsed.ignored_files,
         "imported_at": time.time(),
         "rlcockpit_version": __version__,
     }}

@@ -39,6 +39,7 @@ class ParsedImport:
     sources: set[str] = field(default_factory=set)
     skipped: Counter[str] = field(default_factory=Counter)
     unstored_sample_keys: set[str] = field(default_factory=set)
+    ignored_files: dict[str, str] = field(default_factory=dict)  # path -> why it was left out
 
     def add_metric(self, step: int, name: str, value: float, wall_time: float = 0.0) -> None:
         """Last write wins for a repeated (step, name), as in TensorBoard and the file loggers."""
@@ -55,6 +56,7 @@ class ParsedImport:
         self.sources |= other.sources
         self.skipped.update(other.skipped)
         self.unstored_sample_keys |= other.unstored_sample_keys
+        self.ignored_files.update(other.ignored_files)
 
     @property
     def steps(self) -> list[int]:
@@ -105,28 +107,31 @@ def optional_number(value: Any, path: Path | str, where: str, what: str) -> floa
     return None if value is None else as_number(value, path, where, what)
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every non-blank line; a bad line raises with its number."""
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 text file; unreadable or binary files raise clearly."""
     try:
-        handle = path.open(encoding="utf-8")
+        with path.open(encoding="utf-8") as handle:
+            yield from enumerate(handle, start=1)
     except OSError as exc:
         raise fail(path, "", f"cannot be read ({exc.strerror})", "Check the path and permissions") from exc
-    with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise fail(path, f"line {number}", f"is not valid JSON ({exc.msg})",
-                           "Each line must be one complete JSON object (JSON Lines)") from exc
-            except UnicodeDecodeError as exc:
-                raise fail(path, f"line {number}", "is not UTF-8 text",
-                           "Pass a JSON Lines text file") from exc
-            if not isinstance(obj, dict):
-                raise fail(path, f"line {number}", f"holds a JSON {type(obj).__name__}, not an object",
-                           "Each line must be one JSON object")
-            yield number, obj
+    except UnicodeDecodeError as exc:
+        raise fail(path, "", "is not UTF-8 text", "Pass a JSON Lines text file") from exc
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line; a bad line raises with its number."""
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise fail(path, f"line {number}", f"is not valid JSON ({exc.msg})",
+                       "Each line must be one complete JSON object (JSON Lines)") from exc
+        if not isinstance(obj, dict):
+            raise fail(path, f"line {number}", f"holds a JSON {type(obj).__name__}, not an object",
+                       "Each line must be one JSON object")
+        yield number, obj
 
 
 def first_object(path: Path) -> dict[str, Any] | None:

@@ -1,6 +1,6 @@
-"""Metrics from file-logger JSON Lines: one JSON object per logging call.
+"""Metrics from file loggers: one JSON object per logging call.
 
-Shapes read (one per line, mixed freely):
+Shapes read (one per line of a JSON Lines file, mixed freely):
 
 * verl's ``file`` logger backend (``trainer.logger=[...,'file']``, path from
   ``VERL_FILE_LOGGER_PATH``; ``verl/utils/tracking.py``): ``{"step": 3, "data": {"actor/pg_loss": ...}}``;
@@ -13,11 +13,16 @@ Values may be numbers, booleans (0/1) or the non-finite strings of
 Nested dicts are flattened with ``/``; any other value (text, lists) is skipped and counted. The
 same step may appear on several lines (verl logs validation metrics separately); a repeated key
 keeps its last value.
+
+Also read: the Hugging Face ``Trainer``'s ``trainer_state.json`` (written with every checkpoint,
+so every TRL run has one): its ``log_history`` is a list of exactly such flat dicts, one per
+``Trainer.log`` call, with ``step`` and the keys as logged (``eval_*`` for evaluation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +42,8 @@ WALL_TIME_KEYS = ("_timestamp", "timestamp", "wall_time")
 
 
 def sniff(path: Path) -> bool:
+    if path.suffix == ".json":
+        return _log_history(path) is not None
     obj = first_object(path)
     if obj is None or isinstance(obj.get("metrics"), Mapping):
         return False
@@ -73,12 +80,38 @@ def _split_line(obj: dict[str, Any], path: Path, where: str) -> tuple[int, dict[
     return as_step(obj[step_key], path, where), _flatten(rest), wall
 
 
+def _log_history(path: Path) -> list[Any] | None:
+    """The ``log_history`` list of a Trainer state file, or None when the file is not one."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    history = doc.get("log_history") if isinstance(doc, dict) else None
+    return history if isinstance(history, list) else None
+
+
+def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, object) of every logging call in the file, in either container."""
+    if path.suffix != ".json":
+        for number, obj in iter_jsonl(path):
+            yield f"line {number}", obj
+        return
+    history = _log_history(path)
+    if history is None:
+        raise fail(path, "", "is not a Trainer state file (no log_history list)",
+                   "Pass trainer_state.json, or a JSON Lines log with the .jsonl suffix")
+    for index, obj in enumerate(history):
+        if not isinstance(obj, dict):
+            raise fail(path, f"log_history[{index}]", "is not an object", "Pass an unmodified trainer_state.json")
+        yield f"log_history[{index}]", obj
+
+
 def read_file(path: Path, source: str | None) -> ParsedImport:
     parsed = ParsedImport()
     rows: dict[int, dict[str, tuple[float, float]]] = {}
-    lines = 0
-    for number, obj in iter_jsonl(path):
-        step, values, wall = _split_line(obj, path, f"line {number}")
+    records = 0
+    for where, obj in _records(path):
+        step, values, wall = _split_line(obj, path, where)
         row = rows.setdefault(step, {})
         for key, raw in values.items():
             value = decode_float(raw)
@@ -86,10 +119,10 @@ def read_file(path: Path, source: str | None) -> ParsedImport:
                 parsed.skipped[key] += 1
                 continue
             row[key] = (value, wall)
-        lines += 1
-    if not lines:
-        raise fail(path, "", "holds no JSON lines", "Pass a non-empty file-logger JSONL file")
+        records += 1
+    if not records:
+        raise fail(path, "", "holds no records", "Pass a non-empty file-logger file")
     used = add_foreign_steps(parsed, rows, source)
     parsed.files.append({"path": str(path.resolve()), "format": FORMAT, "source": used,
-                         "lines": lines, "steps": len(rows)})
+                         "records": records, "steps": len(rows)})
     return parsed
