@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from rlcockpit.integrations.jsoncodec import encode_value
 from rlcockpit.records import SampleRecord
 
 FORMAT_VERSION = "1"
@@ -26,8 +27,8 @@ KIND_KEY = b"rlcockpit.kind"
 VERSION_KEY = b"rlcockpit.format_version"
 KINDS = ("metrics", "samples", "findings", "events")
 
-_FLOAT_FIELDS = ("uncertainty", "advantage", "value", "kl_sum", "kl_max")
-_ARRAY_FIELDS = ("logprobs", "ref_logprobs", "token_kl")
+FLOAT_FIELDS = ("uncertainty", "advantage", "value", "kl_sum", "kl_max")  # optional floats
+ARRAY_FIELDS = ("logprobs", "ref_logprobs", "token_kl")  # optional per-token float arrays
 
 
 def parquet_schema(kind: str) -> Any:
@@ -75,14 +76,5 @@ def sample_row(sample: SampleRecord) -> dict[str, Any]:
 
 def json_text(value: Any) -> str:
     """Free-form mappings (finding evidence, event payload) as one JSON text column in Parquet."""
-    from rlcockpit.integrations.jsoncodec import encode_value
-
     return json.dumps(encode_value(value), ensure_ascii=False, allow_nan=False, sort_keys=True)
 
-
-def float_fields() -> tuple[str, ...]:
-    return _FLOAT_FIELDS
-
-
-def array_fields() -> tuple[str, ...]:
-    return _ARRAY_FIELDS

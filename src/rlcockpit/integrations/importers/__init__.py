@@ -8,8 +8,9 @@ Two stages, so a malformed file never leaves a half-imported run behind:
    the metric points and samples in step-ordered batches, then status ``finished``.
 
 Formats (one module each): ``trl-completions``, ``verl-rollout``, ``jsonl-logger``,
-``tensorboard`` and ``rlcockpit`` (rlcockpit's own exports). Directories are expanded to the files
-of these formats inside them; without ``fmt`` the format is detected per file.
+``tensorboard`` and ``rlcockpit`` (rlcockpit's own exports). Without ``fmt`` the format is
+detected per file. A folder stands for the files of these formats inside it; its other files (a
+model's config.json...) are left out and listed in ``ParsedImport.ignored_files``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ FORMATS = ("trl-completions", "verl-rollout", "jsonl-logger", "tensorboard", "rl
 FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
 BATCH_RECORDS = 20_000  # records per write transaction: bounded memory in SQLite, few commits
 
-__all__ = ["FORMATS", "ParsedImport", "detect_format", "expand_paths", "read_paths", "write_import"]
+__all__ = ["FORMATS", "ParsedImport", "detect_format", "ensure_new_run_id", "expand_paths",
+           "new_run_id", "read_paths", "write_import"]
 
 
 def _natural_key(path: Path) -> tuple[Any, ...]:

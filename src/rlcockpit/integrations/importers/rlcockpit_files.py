@@ -22,7 +22,7 @@ from rlcockpit.integrations.importers._base import (
     iter_jsonl,
     optional_number,
 )
-from rlcockpit.integrations.records_io import KIND_KEY, array_fields, float_fields
+from rlcockpit.integrations.records_io import ARRAY_FIELDS, FLOAT_FIELDS, KIND_KEY
 from rlcockpit.records import SampleRecord
 
 FORMAT = "rlcockpit"
@@ -102,9 +102,9 @@ def sample_from_row(row: Mapping[str, Any], path: Path, where: str) -> SampleRec
         "truncated": bool(row.get("truncated") or False),
         "tokens": None if tokens is None else tuple(str(t) for t in tokens),
     }
-    for key in float_fields():
+    for key in FLOAT_FIELDS:
         fields[key] = optional_number(row.get(key), path, where, key)
-    for key in array_fields():
+    for key in ARRAY_FIELDS:
         fields[key] = _array(row, key, path, where)
     return SampleRecord(**fields)
 
