@@ -141,6 +141,16 @@ def test_openrlhf_prefixed_log_dict_is_detected_and_renamed(tmp_path):
     assert (info.name, info.project) == ("orlhf", "p")
 
 
+def test_source_can_be_forced(tmp_path):
+    db = tmp_path / "s.db"
+    out = import_ok(db, "--source", "trl-grpo", FIXTURES / "openrlhf_metrics.jsonl")
+    assert "[trl-grpo]" in out
+    got = series(db)
+    assert got["reward/mean"][1] == 0.3  # TRL's table knows "reward" too
+    assert got["import/trl-grpo/train/actor_lr"][1] == 5e-7  # but not OpenRLHF's actor_lr
+    assert run_info(db).config["import"]["sources"] == ["trl-grpo"]
+
+
 def test_tensorboard_trl_grpo_run(tmp_path):
     db = tmp_path / "s.db"
     import_ok(db, "--format", "tensorboard", FIXTURES / "tensorboard" / "trl_grpo")
