@@ -201,6 +201,12 @@ def print_json_last_line(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def machine_info() -> dict[str, Any]:
+    """Context for the numbers: cores and load (other jobs on a shared machine slow everything)."""
+    return {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),
+            "python": sys.version.split()[0]}
+
+
 def fmt(value: float | None, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"

@@ -50,6 +50,7 @@ from _common import (
     COMPONENTS,
     StepPayload,
     fmt,
+    machine_info,
     make_payloads,
     module_available,
     package_version,
@@ -401,7 +402,22 @@ def ppo_step_seconds(args: argparse.Namespace) -> tuple[float | None, str]:
 
 
 def measure_ppo_step_s(steps: int) -> float:
-    raise RuntimeError("pending trainer API")
+    """Median wall time of ``steps`` tiny-world PPO steps (examples/ppo_tiny.yaml, full sample
+    logging as configured there) after one warm-up step, through the real ``rlcockpit train``
+    CLI; step times come from the run's phase records (benchmarks/_trainer_runs.py)."""
+    import _trainer_runs as tr
+
+    with tempfile.TemporaryDirectory(prefix="rlcockpit-bench-ppo-") as tmp:
+        overrides = [f"train.steps={steps + 1}", "eval.every=0", "checkpoint.every=0",
+                     "checkpoint.at_end=false", f"checkpoint.dir={tmp}/checkpoints"]
+        run = tr.run_train(tr.example_config("ppo"), Path(tmp) / "ppo.db", overrides,
+                           timeout_s=1800.0)
+        if run.returncode != 0:
+            raise RuntimeError(f"rlcockpit train exited with {run.returncode}: {run.stderr_tail}")
+        times = tr.step_wall_times(run.store_uri, run.run_id)[1:]  # step 0 warms up
+    if len(times) < steps:
+        raise RuntimeError(f"expected {steps} timed steps, the run recorded {len(times)}")
+    return statistics.median(times)
 
 
 # --- report -------------------------------------------------------------------------------------
@@ -446,6 +462,7 @@ def headline(results: dict[str, VariantResult], ppo_s: float | None, ppo_src: st
         "variants": {n: {"status": r.status, "fg_ms": r.fg()["median_ms"] if r.rounds else None,
                          "steps_per_s": r.median_of("steps_per_s") if r.rounds else None}
                      for n, r in results.items()},
+        "machine": machine_info(),
         "config": {"quick": args.quick, "token_arrays": args.token_arrays, "rounds": args.rounds,
                    "fg_steps": args.fg_steps, "throughput_steps": args.throughput_steps,
                    "gap_ms": args.gap_ms},
