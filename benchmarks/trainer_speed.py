@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -217,7 +218,13 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
+def machine() -> dict:
+    """Cores and load: on a shared machine the absolute numbers move, the interleaved ratios less."""
+    return {"cores": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
+
+
 def run_all(args: argparse.Namespace) -> dict:
+    load_before = machine()
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     steps, rounds, warm = (3, 1, 0) if args.quick else (args.steps, args.rounds,
                                                           0 if args.no_warmup_round else 1)
@@ -239,7 +246,8 @@ def run_all(args: argparse.Namespace) -> dict:
             if r >= warm:
                 results[(side, algo)].append(m)
     return {"algos": algos, "loads": loads, "probes": probes, "steps": steps, "rounds": rounds,
-            "summary": {k: summarise(v) for k, v in results.items()}}
+            "summary": {k: summarise(v) for k, v in results.items()},
+            "machine": {**load_before, "load_avg_1m_after": machine()["load_avg_1m"]}}
 
 
 def headline(res: dict, threads: int) -> dict:
@@ -257,10 +265,11 @@ def headline(res: dict, threads: int) -> dict:
             f"trl_{algo}_version": version,
             f"trl_{algo}_status": status if status != "ok" or not trl["error"] else trl["error"][:300],
             f"ours_{algo}_phase_s": {k: _r(v) for k, v in ours.get("phases", {}).items()},
+            f"{algo}_per_run_s": {"ours": ours.get("per_run_s", []), "trl": trl.get("per_run_s", [])},
         })
         if ours["error"]:
             out[f"ours_{algo}_error"] = ours["error"][:500]
-    out.update(steps_per_run=res["steps"], rounds=res["rounds"], threads=threads,
+    out.update(steps_per_run=res["steps"], rounds=res["rounds"], threads=threads, machine=res["machine"],
                workload={a: asdict(w) for a, w in res["loads"].items()})
     return out
 
