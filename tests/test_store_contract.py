@@ -273,6 +273,53 @@ def test_downsampling_keeps_spikes_dips_and_nans_within_max_points(store):
         reader.read_series("long", ["m"], max_points=1)
 
 
+def long_curve(n: int, spikes: dict[int, float]) -> list[float]:
+    values = [math.sin(i / 700) for i in range(n)]
+    for step, v in spikes.items():
+        values[step] = v
+    return values
+
+
+@pytest.mark.parametrize("step_min, step_max", [(None, None), (777, 38_123), (5000, 5000 + 6500)])
+def test_long_curves_downsample_from_rollups_and_keep_every_extreme(store, step_min, step_max):
+    writer, reader = store.writer(), store.reader()
+    writer.create_run(RunInfo(run_id="long", project="p", name="long"))
+    n = 40_000
+    spikes = {1234: 50.0, 30_001: -40.0, 777: 9.0, 38_123: -9.0, 6000: math.nan, 11_400: 7.0}
+    values = long_curve(n, spikes)
+    for start in range(0, n, 5000):  # several batches: rollup blocks are merged across batches
+        writer.write_batch("long", Batch(metrics=[MetricPoint(i, "m", values[i], 1e3 + i)
+                                                  for i in range(start, start + 5000)]))
+    s = reader.read_series("long", ["m"], step_min=step_min, step_max=step_max,
+                           max_points=300)["m"]
+    lo, hi = step_min or 0, n - 1 if step_max is None else step_max
+    assert s.downsampled and len(s.steps) <= 300
+    assert list(s.steps) == sorted(set(s.steps)) and s.steps[0] >= lo and s.steps[-1] <= hi
+    assert all(same_float(values[st], v) for st, v in zip(s.steps, s.values, strict=True))
+    assert all(w == 1e3 + st for st, w in zip(s.steps, s.wall_times, strict=True))
+    by_step = dict(zip(s.steps, s.values, strict=True))
+    window = [v for v in values[lo:hi + 1] if not math.isnan(v)]
+    assert max(v for v in s.values if not math.isnan(v)) == max(window)
+    assert min(v for v in s.values if not math.isnan(v)) == min(window)
+    for step, v in spikes.items():
+        if lo <= step <= hi:
+            assert same_float(by_step.get(step), v), step
+    # each returned extreme is the extreme of the stretch between its neighbours' buckets:
+    # a coarse check that resolution is real — many distinct points, spread over the range
+    assert len(s.steps) > 100 and s.steps[-1] - s.steps[0] > 0.9 * (hi - lo)
+
+
+def test_rewritten_steps_update_the_downsampled_curve(store):
+    writer, reader = store.writer(), store.reader()
+    writer.create_run(RunInfo(run_id="re", project="p", name="re"))
+    values = long_curve(20_000, {4321: 99.0})
+    writer.write_batch("re", Batch(metrics=[MetricPoint(i, "m", v) for i, v in enumerate(values)]))
+    assert 99.0 in reader.read_series("re", ["m"], max_points=200)["m"].values
+    writer.write_batch("re", Batch(metrics=[MetricPoint(4321, "m", 0.0)]))  # resumed run rewrites
+    after = reader.read_series("re", ["m"], max_points=200)["m"]
+    assert 99.0 not in after.values and max(after.values) == max(values[:4321] + values[4322:])
+
+
 def test_read_histograms_range_and_thinning(store):
     writer, reader = store.writer(), store.reader()
     populate(writer)
@@ -605,6 +652,9 @@ def test_an_older_store_is_migrated_and_keeps_its_data(tmp_path):
     assert versions == list(range(1, SCHEMA_VERSION + 1))
     indices = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert "samples_by_category_reward" in indices
+    # the rollups migration built the extremes of the metrics already in the file
+    assert conn.execute("SELECT size, bucket, min_step, max_value FROM metric_rollups "
+                        "ORDER BY size").fetchall() == [(64, 0, 0, 0.5), (4096, 0, 0, 0.5)]
 
 
 def test_a_store_from_newer_code_is_refused(tmp_path):

@@ -132,7 +132,26 @@ def _run_script(conn: sqlite3.Connection, script: str) -> None:
             conn.execute(statement)
 
 
-MIGRATIONS: tuple[Migration, ...] = (_v1_core, _v2_query_indices)
+def _v3_metric_rollups(conn: sqlite3.Connection) -> None:
+    """Per-metric extremes of every 64- and 4096-step block (store/rollups.py), so a downsampled
+    curve reads a few thousand rows instead of scanning the whole metric. Built for the metrics
+    already in the file."""
+    from rlcockpit.store import rollups
+
+    _run_script(conn, """
+    CREATE TABLE metric_rollups (
+        run_key INTEGER NOT NULL, name_id INTEGER NOT NULL, size INTEGER NOT NULL,
+        bucket INTEGER NOT NULL,
+        min_step INTEGER, min_value REAL, min_wall REAL,
+        max_step INTEGER, max_value REAL, max_wall REAL,
+        nan_step INTEGER, nan_wall REAL,
+        PRIMARY KEY (run_key, name_id, size, bucket)
+    ) WITHOUT ROWID
+    """)
+    rollups.backfill(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (_v1_core, _v2_query_indices, _v3_metric_rollups)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

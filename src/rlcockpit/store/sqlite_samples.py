@@ -83,38 +83,67 @@ def _filters(run_key: int, q: SampleQuery) -> tuple[str, tuple]:
 
 def sample_histogram_query(conn: sqlite3.Connection, run_key: int, field: str, bins: int, *,
                            step_min: int | None, step_max: int | None) -> SampleHistogram:
-    """Bin a sample field in SQL: two index seeks for the finite range, one scan to count."""
+    """Bin a sample field in SQL without sorting the samples.
+
+    The finite range comes from two index seeks. Then either one range count per bin on the
+    (run, reward) index — each index entry is visited once, no sort — or, for a step range of
+    at most ``_SMALL_RANGE`` samples, one GROUP BY over the (run, step) range.
+    """
     if field not in SAMPLE_HISTOGRAM_FIELDS:
         raise ConfigError(f"sample field {field!r} cannot be binned; choose one of "
                           f"{', '.join(SAMPLE_HISTOGRAM_FIELDS)}", details={"key": "field"})
     if not 1 <= bins <= 10_000:
         raise ConfigError(f"bins={bins} must be in [1, 10000]", details={"key": "bins"})
     where = "run_key = ?"
-    args: list = [run_key]
+    args: tuple = (run_key,)
     for clause, value in (("step >= ?", step_min), ("step <= ?", step_max)):
         if value is not None:
             where += f" AND {clause}"
-            args.append(value)
-    finite = f"{field} > ? AND {field} < ?"
-    inf = (-math.inf, math.inf)
-    lo = conn.execute(f"SELECT MIN({field}) FROM samples WHERE {where} AND {finite}",
-                      (*args, *inf)).fetchone()[0]
-    hi = conn.execute(f"SELECT MAX({field}) FROM samples WHERE {where} AND {finite}",
-                      (*args, *inf)).fetchone()[0]
+            args += (int(value),)
+    lo = conn.execute(f"SELECT MIN({field}) FROM samples WHERE {where} AND {field} > ?",
+                      args + (-math.inf,)).fetchone()[0]
+    hi = conn.execute(f"SELECT MAX({field}) FROM samples WHERE {where} AND {field} < ?",
+                      args + (math.inf,)).fetchone()[0]
+    nonfinite = (conn.execute(f"SELECT COUNT(*) FROM samples WHERE {where} AND {field} IS NULL",
+                              args).fetchone()[0]
+                 + conn.execute(f"SELECT COUNT(*) FROM samples WHERE {where} AND {field} IN (?, ?)",
+                                args + (-math.inf, math.inf)).fetchone()[0])
     if lo is None:
-        total = conn.execute(f"SELECT COUNT(*) FROM samples WHERE {where}", args).fetchone()[0]
-        return SampleHistogram(field, (), (), total, 0, step_min, step_max)
+        return SampleHistogram(field, (), (), nonfinite, 0, step_min, step_max)
     if hi == lo:
         lo, hi = lo - 0.5, hi + 0.5
+    edges = [lo + (hi - lo) * i / bins for i in range(bins)] + [hi]
+    small = (step_min is not None or step_max is not None) and conn.execute(
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM samples WHERE {where} LIMIT {_SMALL_RANGE + 1})",
+        args).fetchone()[0] <= _SMALL_RANGE
+    counts = (_grouped_counts(conn, field, where, args, lo, hi, bins) if small
+              else _ranged_counts(conn, field, where, args, edges))
+    return SampleHistogram(field, tuple(edges), tuple(counts), sum(counts) + nonfinite,
+                           sum(counts), step_min, step_max)
+
+
+_SMALL_RANGE = 200_000
+
+
+def _ranged_counts(conn, field: str, where: str, args: tuple, edges: list[float]) -> list[int]:
+    counts = []
+    last = len(edges) - 2
+    for i in range(len(edges) - 1):
+        upper = "<=" if i == last else "<"
+        counts.append(conn.execute(
+            f"SELECT COUNT(*) FROM samples WHERE {where} AND {field} >= ? AND {field} {upper} ?",
+            args + (edges[i], edges[i + 1])).fetchone()[0])
+    return counts
+
+
+def _grouped_counts(conn, field: str, where: str, args: tuple, lo: float, hi: float,
+                    bins: int) -> list[int]:
     width = (hi - lo) / bins
     found = conn.execute(
-        f"SELECT CASE WHEN {finite} THEN MIN(CAST(({field} - ?) / ? AS INTEGER), ?) ELSE -1 END "
-        f"AS b, COUNT(*) FROM samples WHERE {where} GROUP BY b",
-        (*inf, lo, width, bins - 1, *args)).fetchall()
+        f"SELECT MIN(CAST(({field} - ?) / ? AS INTEGER), ?) AS b, COUNT(*) FROM samples "
+        f"WHERE {where} AND +{field} > ? AND +{field} < ? GROUP BY b",  # +: scan the step range
+        (lo, width, bins - 1) + args + (-math.inf, math.inf)).fetchall()
     counts = [0] * bins
     for b, n in found:
-        if b >= 0:
-            counts[b] += n
-    edges = tuple(lo + i * width for i in range(bins)) + (hi,)
-    return SampleHistogram(field, edges, tuple(counts), sum(n for _, n in found), sum(counts),
-                           step_min, step_max)
+        counts[max(0, b)] += n
+    return counts

@@ -9,7 +9,7 @@ from collections.abc import Collection, Mapping
 
 from rlcockpit.errors import NotFoundError, StoreError
 from rlcockpit.records import RUN_STATUSES, Batch, RunInfo
-from rlcockpit.store import codec
+from rlcockpit.store import codec, rollups
 from rlcockpit.store import sqlite_rows as rows
 
 # SQLite result codes worth a retry: the lock was held longer than busy_timeout.
@@ -140,17 +140,31 @@ class SqliteWriter:
     def _write_metrics(self, run_key, batch, new_names, new_run_names, steps) -> None:
         if not batch.metrics:
             return
-        params = []
+        by_name: dict[int, dict[int, tuple[int, float, float]]] = {}
         for m in batch.metrics:
             name_id = self._intern(m.name, new_names)
             self._note_run_name(run_key, "metric", name_id, new_run_names)
             wall = float(m.wall_time) or time.time()
-            steps.setdefault(int(m.step), wall)
-            # float('nan') binds as NULL: NULL means NaN in this table (see schema.py)
-            params.append((run_key, name_id, int(m.step), float(m.value), wall))
+            step = int(m.step)
+            steps.setdefault(step, wall)
+            by_name.setdefault(name_id, {})[step] = (step, float(m.value), wall)  # last wins
+        rewritten = [n for n, points in by_name.items() if self._has_metric_in(
+            run_key, n, min(points), max(points))]
+        # float('nan') binds as NULL: NULL means NaN in this table (see schema.py)
         self._conn.executemany(
             "INSERT OR REPLACE INTO metrics (run_key, name_id, step, value, wall_time) "
-            "VALUES (?, ?, ?, ?, ?)", params)
+            "VALUES (?, ?, ?, ?, ?)",
+            [(run_key, n, *p) for n, points in by_name.items() for p in points.values()])
+        for name_id, points in by_name.items():
+            if name_id in rewritten:
+                rollups.recompute(self._conn, run_key, name_id, min(points), max(points))
+            else:
+                rollups.merge(self._conn, run_key, name_id, list(points.values()))
+
+    def _has_metric_in(self, run_key: int, name_id: int, lo: int, hi: int) -> bool:
+        return bool(self._conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM metrics WHERE run_key = ? AND name_id = ? AND "
+            "step BETWEEN ? AND ?)", (run_key, name_id, lo, hi)).fetchone()[0])
 
     def _write_histograms(self, run_key, batch, new_names, new_run_names, steps) -> None:
         if not batch.histograms:
