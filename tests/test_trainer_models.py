@@ -45,6 +45,7 @@ def gpt2(tmp_path_factory):
 
 
 def test_kv_cache_rollout_logprobs_equal_a_full_forward_without_padding(gpt2):
+    """Left padding and the KV cache change nothing: batched, cached == one sequence at a time."""
     prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]
     ids, mask = left_pad(prompts, pad_id=0)
     batch = generate(gpt2, ids, mask, max_new_tokens=8, temperature=0.7, top_p=0.9, eos_id=1, pad_id=0,
@@ -57,6 +58,9 @@ def test_kv_cache_rollout_logprobs_equal_a_full_forward_without_padding(gpt2):
             logits = gpt2(input_ids=alone).logits[0, len(p) - 1:-1] / 0.7
             expected = logprobs_from_logits(logits, batch.response_ids[i, :n])
             torch.testing.assert_close(batched[i, :n], expected, atol=1e-5, rtol=0)
+            # the logprobs recorded while sampling (PPO's old logprobs) are the same numbers
+            torch.testing.assert_close(batch.logprobs[i, :n], expected, atol=1e-5, rtol=0)
+            assert not batch.logprobs[i, n:].any()
 
 
 def test_rows_stop_at_eos_which_is_kept_and_padding_is_masked(gpt2):

@@ -30,6 +30,7 @@ class RolloutBatch:
     response_ids: torch.Tensor  # [B, R] long, right-padded with pad_id
     response_mask: torch.Tensor  # [B, R] float, 1 up to and including EOS
     truncated: torch.Tensor  # [B] bool: no EOS within max_new_tokens
+    logprobs: torch.Tensor | None = None  # [B, R] tempered logprobs of the sampled tokens (0 on padding)
 
     @property
     def size(self) -> int:
@@ -47,7 +48,8 @@ class RolloutBatch:
 
     def select(self, idx: torch.Tensor) -> RolloutBatch:
         return RolloutBatch(self.prompt_ids[idx], self.prompt_mask[idx], self.response_ids[idx],
-                            self.response_mask[idx], self.truncated[idx])
+                            self.response_mask[idx], self.truncated[idx],
+                            None if self.logprobs is None else self.logprobs[idx])
 
 
 def positions(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -68,7 +70,10 @@ def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Ten
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
                 generator: torch.Generator) -> torch.Tensor:
     """One token per row from softmax(logits / T), restricted to the top-p nucleus."""
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    return _sample(torch.softmax(logits.float() / temperature, dim=-1), top_p, generator)
+
+
+def _sample(probs: torch.Tensor, top_p: float, generator: torch.Generator) -> torch.Tensor:
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         outside = sorted_probs.cumsum(-1) - sorted_probs > top_p  # the top token always stays
@@ -89,13 +94,16 @@ def generate(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
     past, logits = _cache_of(out), out.logits[:, -1]
     next_pos = attn.sum(-1)  # position of the first response token in each row
     finished = torch.zeros(prompt_ids.shape[0], dtype=torch.bool)
-    tokens, valid = [], []
+    tokens, valid, logps = [], [], []
     for t in range(max_new_tokens):
-        tok = sample_next(logits, temperature, top_p, generator)
+        # the old logprobs of PPO's ratio: the full tempered distribution the token was drawn from
+        logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+        tok = _sample(logp_all.exp(), top_p, generator)
         alive = ~finished
         tok = torch.where(alive, tok, torch.full_like(tok, pad_id))
         tokens.append(tok)
         valid.append(alive)
+        logps.append(torch.where(alive, logp_all.gather(-1, tok.unsqueeze(-1)).squeeze(-1), 0.0))
         finished = finished | (alive & (tok == eos_id))
         if on_token is not None:
             on_token(t + 1)
@@ -108,7 +116,8 @@ def generate(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
         next_pos = next_pos + alive.long()
     response_ids = torch.stack(tokens, dim=1)
     response_mask = torch.stack(valid, dim=1).float()
-    return RolloutBatch(prompt_ids, prompt_mask, response_ids, response_mask, truncated=~finished)
+    return RolloutBatch(prompt_ids, prompt_mask, response_ids, response_mask, truncated=~finished,
+                        logprobs=torch.stack(logps, dim=1))
 
 
 def _cache_keyword(model: nn.Module) -> str:

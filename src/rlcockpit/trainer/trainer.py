@@ -152,7 +152,9 @@ class Trainer:
             state.scored = c.reward_fn([it.prompt for it in state.items], state.responses,
                                        [it.meta for it in state.items], state.step)
             ids = state.batch.response_ids
-            state.old_logprobs = logprobs_from_logits(response_logits(c.actor, state.batch, temperature), ids)
+            state.old_logprobs = state.batch.logprobs  # recorded while sampling: no second actor pass
+            if state.old_logprobs is None:
+                state.old_logprobs = logprobs_from_logits(response_logits(c.actor, state.batch, temperature), ids)
             state.ref_logprobs = logprobs_from_logits(response_logits(c.reference, state.batch, temperature), ids)
             kl = kl_per_token(state.old_logprobs, state.ref_logprobs, self.cfg.kl.estimator)
             state.token_kl = torch.where(state.mask != 0, kl, torch.zeros_like(kl))
