@@ -95,8 +95,10 @@ def sample(step: int, raw: SampleRecord | Mapping[str, Any]) -> SampleRecord:
 def _normalise(f: dict[str, Any]) -> dict[str, Any]:
     """Coerce each given field to its record type; a no-op check for values already right."""
     for name, value in f.items():
+        if value is None or type(value) is _EXACT.get(name):
+            continue  # already the record's type: the common case, no call
         fix = _NORMALISERS.get(name)
-        if fix is not None and value is not None:
+        if fix is not None:
             f[name] = fix(value)
     return f
 
@@ -141,6 +143,13 @@ _NORMALISERS = {
     "truncated": bool, "components": _components, "flags": _strings, "tokens": _tokens,
     "logprobs": _f16, "ref_logprobs": _f16, "token_kl": _f16,
 }
+
+
+# fields whose value needs no work when it already has exactly this type
+_EXACT = {"sample_id": int, "group_id": int, "length": int, "reward": float,
+          "uncertainty": float, "advantage": float, "value": float, "kl_sum": float,
+          "kl_max": float, "prompt": str, "response": str, "category": str, "prompt_id": str,
+          "truncated": bool}
 
 
 def event(step: int, payload: tuple, wall: float) -> EventRecord:
