@@ -690,3 +690,16 @@ def test_cli_runs_lists_runs_as_table_and_json(tmp_path):
                               str(tmp_path / "none.db")], capture_output=True, text=True, env=env)
     assert missing.returncode == 2 and "no store at" in missing.stderr
     assert not (tmp_path / "none.db").exists()
+
+
+def test_store_doc_covers_tables_options_and_reader_methods(tmp_path):
+    from rlcockpit.store.uri import SQLITE_OPTIONS
+
+    doc = (REPO / "docs" / "store.md").read_text()
+    conn = sqlite3.connect(open_store(f"sqlite:///{tmp_path / 'd.db'}").path)
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    for name in tables + list(SQLITE_OPTIONS):
+        assert f"`{name}`" in doc, name
+    methods = [m for m in dir(StoreReader) if not m.startswith("_") and m != "close"]
+    for name in methods + ["sample_histogram", "histogram_names"]:
+        assert f"`{name}" in doc, name

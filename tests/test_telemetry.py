@@ -429,3 +429,18 @@ def test_plain_pytorch_example_runs(tmp_path):
     rewards = reader.read_series(run.run_id, ["reward/mean"])["reward/mean"].values
     assert np.mean(rewards[-10:]) > np.mean(rewards[:10])  # the toy policy learns
     assert reader.get_sample(run.run_id, 29, 0).logprobs is not None
+
+
+def test_every_telemetry_option_and_drop_reason_is_documented():
+    import dataclasses
+
+    from rlcockpit.telemetry import WriterOptions
+    from rlcockpit.telemetry.drops import DROP_REASONS
+
+    doc = (REPO / "docs" / "telemetry.md").read_text()
+    fields = [f.name for cls in (WriterOptions, TokenArrayPolicy) for f in dataclasses.fields(cls)]
+    for name in fields + list(DROP_REASONS) + [DROPPED_METRIC, DROPPED_EVENT]:
+        assert f"`{name}`" in doc, name
+    for method in ("log", "log_histogram", "log_samples", "event", "finding", "phase",
+                   "checkpoint", "commit", "flush", "close"):
+        assert f"run.{method}(" in doc, method
