@@ -99,6 +99,29 @@ def test_nonfinite_metric_values_are_stored_faithfully(db):
     assert latest["grad"][1] == math.inf and latest["neg"][1] == -math.inf
 
 
+def test_torch_tensors_and_an_opened_store_are_accepted(db):
+    import torch
+
+    store = open_store(db)
+    grads = torch.linspace(0, 1, 101, dtype=torch.bfloat16, requires_grad=True) * 2
+    with rlcockpit.init(store=store) as run:
+        run.log(0, {"loss": torch.tensor(0.5), "kl": torch.tensor([0.25])[0]})
+        run.log_histogram(0, "grad/hist", grads, bins=4)
+        run.log_samples(0, [sample(0, logprobs=torch.tensor([-1.0, -2.0]),
+                                   token_kl=torch.zeros(2, requires_grad=True) + 0.5)])
+        buffer = torch.linspace(0, 1, 11)
+        run.log_histogram(0, "buffer/hist", buffer, bins=2)
+        buffer.zero_()  # the trainer reuses its buffer right away: what was logged must not change
+    reader = store.reader()
+    assert reader.latest(run.run_id, ["loss", "kl"]) == {"loss": (0, 0.5), "kl": (0, 0.25)}
+    (hist,) = reader.read_histograms(run.run_id, "grad/hist")
+    assert sum(hist.counts) == 101 and hist.edges[0] == 0.0 and hist.edges[-1] == 2.0
+    (buffered,) = reader.read_histograms(run.run_id, "buffer/hist")
+    assert buffered.edges == (0.0, 0.5, 1.0) and buffered.counts == (5, 6)
+    got = reader.get_sample(run.run_id, 0, 0)
+    assert got.logprobs == (-1.0, -2.0) and got.token_kl == (0.5, 0.5)
+
+
 def test_run_ids_are_unique_and_explicit_ids_are_kept(db):
     ids = {rlcockpit.telemetry.new_run_id() for _ in range(200)}
     assert len(ids) == 200

@@ -33,9 +33,9 @@ def series_rows(conn: sqlite3.Connection, run_key: int, name_id: int, lo: int, h
         return [], False
     if max_points is None or last - first + 1 <= max_points:
         return _raw(conn, (run_key, name_id, first, last)), False
-    buckets = max(1, max_points // 2 - 2)
+    buckets = max_points // 2 - 2
     size = next((s for s in reversed(rollups.SIZES) if (last - first + 1) // s >= buckets), None)
-    if size is None:
+    if size is None or max_points < 16:
         return _aggregated(conn, (run_key, name_id, first, last), max_points), True
     return _from_rollups(conn, run_key, name_id, first, last, size, max_points), True
 

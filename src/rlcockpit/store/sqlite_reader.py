@@ -30,6 +30,7 @@ _RUN_COLUMNS = ("run_id, project, name, status, started_at, ended_at, config, la
                 "heartbeat_at")
 _BIG = 2**62
 DROPPED_METRIC = "telemetry/dropped_total"
+MIN_POINTS = 8  # a downsampled curve has buckets of up to 3 points (min, max, first NaN)
 
 
 class SqliteReader:
@@ -82,9 +83,9 @@ class SqliteReader:
                     step_max: int | None = None, max_points: int | None = None
                     ) -> dict[str, Series]:
         """One Series per requested name (empty when the run has no such metric)."""
-        if max_points is not None and max_points < 2:
-            raise StoreError(f"max_points={max_points} must be at least 2 (or None for all points)",
-                             details={"max_points": max_points})
+        if max_points is not None and max_points < MIN_POINTS:
+            raise StoreError(f"max_points={max_points} must be at least {MIN_POINTS} (or None "
+                             "for every point)", details={"max_points": max_points})
         key = self._run_key(run_id)
         ids = self._name_ids(names)
         lo, hi = _bounds(step_min, step_max)

@@ -44,8 +44,8 @@ def to_float(value: Any) -> float:
 
 
 def to_array(values: Any) -> np.ndarray:
-    if hasattr(values, "detach"):
-        values = values.detach().cpu().numpy()
+    if hasattr(values, "detach"):  # torch: any device, any float dtype (bf16 has no numpy twin)
+        values = values.detach().cpu().double().numpy()
     return np.asarray(values, dtype=np.float64).ravel()
 
 

@@ -55,8 +55,8 @@ class Run:
     def log_histogram(self, step: int, name: str, values: Any, bins: int | Sequence[float] = 64
                       ) -> None:
         """Log the distribution of ``values`` (list, numpy array or tensor); binned off-thread."""
-        if hasattr(values, "detach"):
-            values = values.detach().cpu().clone()
+        if hasattr(values, "detach"):  # a tensor: copy on its device (async on a GPU), read later
+            values = values.detach().clone()
         elif hasattr(values, "copy"):
             values = values.copy()
         else:
@@ -201,13 +201,14 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-def init(project: str = "default", name: str | None = None, store: str = DEFAULT_STORE,
+def init(project: str = "default", name: str | None = None, store: Any = DEFAULT_STORE,
          config: Mapping[str, Any] | None = None, run_id: str | None = None,
          resume: bool = False, token_arrays: TokenArrayPolicy | None = None,
          queue_size: int = 4096, flush_every: int = 2000, flush_interval_s: float = 1.0,
          **options: Any) -> Run:
     """Start (or, with ``resume=True`` and ``run_id``, continue) a run and its writer thread.
 
+    ``store`` is a URI, a path, or a store already opened with ``open_store``.
     Raises at once — before training starts — for a bad store URI, an unwritable path, a corrupt
     store, an unknown run to resume, an existing run id without ``resume``, or bad options.
     Further ``WriterOptions`` (heartbeat_interval_s, write_retries, retry_backoff_s,
@@ -226,7 +227,7 @@ def init(project: str = "default", name: str | None = None, store: str = DEFAULT
     if not isinstance(policy, TokenArrayPolicy):
         raise ConfigError(f"token_arrays must be a TokenArrayPolicy, got {policy!r}",
                           details={"key": "token_arrays"})
-    opened = open_store(store)
+    opened = store if hasattr(store, "writer") else open_store(store)
     writer = opened.writer()
     try:
         info = _start_or_resume(opened, writer, project, name, config, run_id, resume)
