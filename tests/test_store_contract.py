@@ -435,6 +435,21 @@ def test_sample_histogram_matches_numpy(store):
     assert "reward" in SAMPLE_HISTOGRAM_FIELDS
 
 
+@pytest.mark.parametrize("small_range", [0, 10**9], ids=["per-bin-counts", "grouped"])
+def test_sample_histogram_over_a_step_range_matches_numpy(store, monkeypatch, small_range):
+    from rlcockpit.store import sqlite_samples
+
+    monkeypatch.setattr(sqlite_samples, "_SMALL_RANGE", small_range)  # both SQL strategies
+    writer, reader = store.writer(), store.reader()
+    samples = populate(writer)
+    h = reader.sample_histogram(RUN, "reward", bins=9, step_min=5, step_max=30)
+    window = [s.reward for s in samples if 5 <= s.step <= 30]
+    finite = np.array([r for r in window if math.isfinite(r)])
+    counts, edges = np.histogram(finite, bins=9)
+    assert h.counts == tuple(counts.tolist()) and h.edges == pytest.approx(edges.tolist())
+    assert (h.total, h.finite, h.step_min, h.step_max) == (len(window), len(finite), 5, 30)
+
+
 def test_rewriting_a_step_replaces_its_samples_and_flags(store):
     writer, reader = store.writer(), store.reader()
     populate(writer)

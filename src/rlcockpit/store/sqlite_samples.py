@@ -94,55 +94,63 @@ def sample_histogram_query(conn: sqlite3.Connection, run_key: int, field: str, b
                           f"{', '.join(SAMPLE_HISTOGRAM_FIELDS)}", details={"key": "field"})
     if not 1 <= bins <= 10_000:
         raise ConfigError(f"bins={bins} must be in [1, 10000]", details={"key": "bins"})
-    where = "run_key = ?"
-    args: tuple = (run_key,)
-    for clause, value in (("step >= ?", step_min), ("step <= ?", step_max)):
-        if value is not None:
-            where += f" AND {clause}"
-            args += (int(value),)
-    lo = conn.execute(f"SELECT MIN({field}) FROM samples WHERE {where} AND {field} > ?",
-                      args + (-math.inf,)).fetchone()[0]
-    hi = conn.execute(f"SELECT MAX({field}) FROM samples WHERE {where} AND {field} < ?",
-                      args + (math.inf,)).fetchone()[0]
-    nonfinite = (conn.execute(f"SELECT COUNT(*) FROM samples WHERE {where} AND {field} IS NULL",
-                              args).fetchone()[0]
-                 + conn.execute(f"SELECT COUNT(*) FROM samples WHERE {where} AND {field} IN (?, ?)",
-                                args + (-math.inf, math.inf)).fetchone()[0])
+    q = _FieldQuery(conn, field, run_key, step_min, step_max)
+    lo = q.value(f"MIN({field})", f"{field} > ?", -math.inf)
+    hi = q.value(f"MAX({field})", f"{field} < ?", math.inf)
+    nonfinite = (q.value("COUNT(*)", f"{field} IS NULL")
+                 + q.value("COUNT(*)", f"{field} IN (?, ?)", -math.inf, math.inf))
     if lo is None:
         return SampleHistogram(field, (), (), nonfinite, 0, step_min, step_max)
     if hi == lo:
         lo, hi = lo - 0.5, hi + 0.5
     edges = [lo + (hi - lo) * i / bins for i in range(bins)] + [hi]
-    small = (step_min is not None or step_max is not None) and conn.execute(
-        f"SELECT COUNT(*) FROM (SELECT 1 FROM samples WHERE {where} LIMIT {_SMALL_RANGE + 1})",
-        args).fetchone()[0] <= _SMALL_RANGE
-    counts = (_grouped_counts(conn, field, where, args, lo, hi, bins) if small
-              else _ranged_counts(conn, field, where, args, edges))
+    ranged = step_min is not None or step_max is not None
+    if ranged and q.value("COUNT(*)", limit=_SMALL_RANGE + 1) <= _SMALL_RANGE:
+        counts = _grouped_counts(q, lo, hi, bins)
+    else:
+        counts = _ranged_counts(q, edges)
     return SampleHistogram(field, tuple(edges), tuple(counts), sum(counts) + nonfinite,
                            sum(counts), step_min, step_max)
+
+
+class _FieldQuery:
+    """``SELECT <expr> FROM samples`` of one run and step range, plus extra conditions."""
+
+    def __init__(self, conn: sqlite3.Connection, field: str, run_key: int,
+                 step_min: int | None, step_max: int | None) -> None:
+        self.conn, self.field = conn, field
+        self.where, self.args = "run_key = ?", (run_key,)
+        for clause, value in (("step >= ?", step_min), ("step <= ?", step_max)):
+            if value is not None:
+                self.where += f" AND {clause}"
+                self.args += (int(value),)
+
+    def value(self, expr: str, condition: str = "", *args, limit: int | None = None):
+        where = f"{self.where} AND {condition}" if condition else self.where
+        sql = f"SELECT {expr} FROM samples WHERE {where}"
+        if limit is not None:  # count at most `limit` rows
+            sql = f"SELECT {expr} FROM (SELECT 1 FROM samples WHERE {where} LIMIT {int(limit)})"
+        return self.conn.execute(sql, self.args + args).fetchone()[0]
+
+    def rows(self, sql: str, *args) -> list[tuple]:
+        return self.conn.execute(sql, args).fetchall()
 
 
 _SMALL_RANGE = 200_000
 
 
-def _ranged_counts(conn, field: str, where: str, args: tuple, edges: list[float]) -> list[int]:
-    counts = []
+def _ranged_counts(q: _FieldQuery, edges: list[float]) -> list[int]:
     last = len(edges) - 2
-    for i in range(len(edges) - 1):
-        upper = "<=" if i == last else "<"
-        counts.append(conn.execute(
-            f"SELECT COUNT(*) FROM samples WHERE {where} AND {field} >= ? AND {field} {upper} ?",
-            args + (edges[i], edges[i + 1])).fetchone()[0])
-    return counts
+    return [q.value("COUNT(*)", f"{q.field} >= ? AND {q.field} {'<=' if i == last else '<'} ?",
+                    edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
-def _grouped_counts(conn, field: str, where: str, args: tuple, lo: float, hi: float,
-                    bins: int) -> list[int]:
+def _grouped_counts(q: _FieldQuery, lo: float, hi: float, bins: int) -> list[int]:
     width = (hi - lo) / bins
-    found = conn.execute(
-        f"SELECT MIN(CAST(({field} - ?) / ? AS INTEGER), ?) AS b, COUNT(*) FROM samples "
-        f"WHERE {where} AND +{field} > ? AND +{field} < ? GROUP BY b",  # +: scan the step range
-        (lo, width, bins - 1) + args + (-math.inf, math.inf)).fetchall()
+    found = q.rows(
+        f"SELECT MIN(CAST(({q.field} - ?) / ? AS INTEGER), ?) AS b, COUNT(*) FROM samples "
+        f"WHERE {q.where} AND +{q.field} > ? AND +{q.field} < ? GROUP BY b",  # +: scan the steps
+        lo, width, bins - 1, *q.args, -math.inf, math.inf)
     counts = [0] * bins
     for b, n in found:
         counts[max(0, b)] += n
