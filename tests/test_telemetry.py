@@ -320,6 +320,18 @@ def test_setup_errors_fail_fast_at_init(tmp_path, uri, error, message):
         rlcockpit.init(store=uri.format(tmp=tmp_path))
 
 
+def test_an_unwritable_store_path_fails_fast_at_init(tmp_path):
+    if os.geteuid() == 0:  # root passes permission checks; /proc refuses new files to root too
+        target = "/proc/rlcockpit-telemetry.db"
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        target = str(locked / "x.db")
+    with pytest.raises(StoreError, match="(not writable|cannot open)"):
+        rlcockpit.init(store=f"sqlite:///{target}")
+
+
 def test_bad_options_and_run_ids_fail_fast_at_init(db):
     with pytest.raises(ConfigError, match="queue_size"):
         rlcockpit.init(store=db, queue_size=0)
