@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rlcockpit.errors import ConfigError, NotFoundError
-from rlcockpit.records import EventRecord, RunInfo, SampleRecord
+from rlcockpit.records import Batch, EventRecord, RunInfo, SampleRecord
 from rlcockpit.telemetry.drops import DropCounter
 from rlcockpit.telemetry.policy import TokenArrayPolicy, WriterOptions
 from rlcockpit.telemetry.writer import BackgroundWriter
@@ -140,6 +140,23 @@ class Run:
         if self._thread.is_alive():
             self._drops.warn("close", f"rlcockpit telemetry: writer of run {self.run_id} did not "
                                       f"finish within {timeout}s")
+            return
+        self._count_unwritten()
+
+    def _count_unwritten(self) -> None:
+        """Items another thread enqueued while close() was running came after the shutdown
+        item and were never written: count them instead of losing them silently."""
+        while True:
+            try:
+                kind, _, payload, _ = self._items.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "flush":
+                payload.set()  # nothing more will be written: do not keep the caller waiting
+            elif kind in ("metrics", "samples"):
+                self._drops.add(kind, len(payload), "closed", "logged while closing")
+            elif kind not in ("commit", "close"):
+                self._drops.add(kind, 1, "closed", "logged while closing")
 
     def __enter__(self) -> Run:
         return self
@@ -258,18 +275,14 @@ def _start_or_resume(opened, writer, project: str, name: str | None,
         writer.set_run_status(run_id, "running")
         writer.write_batch(run_id, _resume_batch(info, config))
         return info
-    info = RunInfo(run_id=run_id or new_run_id(), project=str(project),
-                   name=str(name or run_id or ""), status="running", started_at=time.time(),
-                   config=dict(config or {}))
-    if not info.name:
-        info = RunInfo(**{**info.__dict__, "name": info.run_id})
+    run_id = run_id or new_run_id()
+    info = RunInfo(run_id=run_id, project=str(project), name=str(name or run_id),
+                   status="running", started_at=time.time(), config=dict(config or {}))
     writer.create_run(info)
     return info
 
 
-def _resume_batch(info: RunInfo, config: Mapping[str, Any] | None):
-    from rlcockpit.records import Batch
-
+def _resume_batch(info: RunInfo, config: Mapping[str, Any] | None) -> Batch:
     payload: dict[str, Any] = {"previous_status": info.status, "last_step": info.last_step}
     if config is not None:
         payload["config"] = dict(config)
