@@ -565,6 +565,9 @@ def print_tables(results: list[QueryResult], fx: Fixture, info: dict[str, Any],
                   fmt(r.extrapolated_ms, 0), f"<= {r.target_ms:g} ms" if r.target_ms else "",
                   r.result())
     console.print(t)
+    for r in results:
+        if r.note and r.status == "ok":
+            console.print(f"{r.backend}/{r.query}: {r.note}")
     if info:
         console.print(f"rlcockpit fixture: {info.get('path')} ({fmt(info.get('size_mb'), 0)} MB, "
                       + ("reused from cache" if info.get("reused_cache") else

@@ -6,7 +6,7 @@ Every variant logs the same reference payload per step (benchmarks/_common.py): 
 
 Variants: rlcockpit (``rlcockpit.init`` on a fresh SQLite file), TensorBoard ``SummaryWriter``
 (add_scalar x30 + add_histogram + add_text), MLflow on its sqlite backend (log_metrics batch +
-log_dict for the histogram + log_table for the samples), W&B offline (one ``wandb.log`` with a
+log_dict for the histogram + log_text of the samples as JSON lines), W&B offline (one ``wandb.log`` with a
 Histogram and a Table) and raw ``sqlite3`` executemany in WAL, one transaction per step (the
 practical limit: the same rows, written synchronously, nothing else).
 
@@ -116,7 +116,7 @@ class Variant:
         return 0
 
     def version(self) -> str:
-        return package_version(self.requires[0]) or "?" if self.requires else "stdlib"
+        return (package_version(self.requires[0]) or "?") if self.requires else "stdlib"
 
 
 class RlcockpitVariant(Variant):
@@ -157,10 +157,8 @@ class TensorBoardVariant(Variant):
     def open(self, workdir: Path, expected_steps: int) -> None:
         if module_available("torch"):
             from torch.utils.tensorboard import SummaryWriter
-            self.impl = "torch.utils.tensorboard"
         else:
             from tensorboardX import SummaryWriter
-            self.impl = "tensorboardX"
         self.writer = SummaryWriter(log_dir=str(workdir / "tb"))
 
     def log_step(self, step: int, p: StepPayload) -> None:
@@ -175,6 +173,10 @@ class TensorBoardVariant(Variant):
 
     def close(self) -> None:
         self.writer.close()
+
+    def version(self) -> str:
+        impl = "torch.utils.tensorboard" if module_available("torch") else "tensorboardX"
+        return f"{package_version('tensorboard')} ({impl})"
 
 
 class MlflowVariant(Variant):
@@ -195,7 +197,12 @@ class MlflowVariant(Variant):
         counts, edges = np.histogram(p.hist_values, bins=64)
         mlflow.log_dict({"edges": edges.tolist(), "counts": counts.tolist()},
                         f"histograms/reward_hist/{step:07d}.json")
-        mlflow.log_table(sample_columns(p.samples), artifact_file=f"samples/{step:07d}.json")
+        # log_text, not log_table: each log_table artifact is listed in the run tag
+        # mlflow.loggedArtifacts, which overflows its 8000-character limit after ~150 per-step
+        # tables (the run then fails with a JSONDecodeError); appending to ONE table instead
+        # rewrites the whole file every step.
+        mlflow.log_text("\n".join(json.dumps(s) for s in p.samples),
+                        f"samples/{step:07d}.jsonl")
 
     def close(self) -> None:
         self.mlflow.end_run()
@@ -315,6 +322,25 @@ def run_round(cls: type[Variant], payloads: list[StepPayload], args: argparse.Na
     t0 = time.perf_counter()
     v.open(workdir, n_total)
     res.setup_s = time.perf_counter() - t0
+    try:
+        _measure(v, res, payloads, args)
+    except BaseException:
+        _abort(v)
+        raise
+    return res
+
+
+def _abort(v: Variant) -> None:
+    """Close a variant that failed mid-run, so its library's exit hooks do not write into a
+    directory that is about to be deleted; a second failure is only reported."""
+    try:
+        v.close()
+    except Exception as exc:  # the first error is the one raised; this one is logged
+        print(f"{v.name}: close after error failed: {exc!r}", file=sys.stderr)
+
+
+def _measure(v: Variant, res: RoundResult, payloads: list[StepPayload],
+             args: argparse.Namespace) -> None:
     step, gap = 0, args.gap_ms / 1e3
     for i in range(args.warmup_steps + args.fg_steps):
         t0 = time.perf_counter()
@@ -334,7 +360,6 @@ def run_round(cls: type[Variant], payloads: list[StepPayload], args: argparse.Na
     res.steps_per_s = args.throughput_steps / elapsed
     res.cpu_ms_per_step = cpu * 1e3 / args.throughput_steps
     res.dropped = v.dropped()
-    return res
 
 
 @dataclass
@@ -395,13 +420,13 @@ def ppo_step_seconds(args: argparse.Namespace) -> tuple[float | None, str]:
         return None, "rlcockpit.trainer is not available; pass --ppo-step-s"
     try:
         with stdout_to_stderr():
-            return measure_ppo_step_s(steps=3), "measured: 3 tiny-world PPO steps of rlcockpit.trainer"
+            return measure_ppo_step_s(steps=3)
     except Exception as exc:  # the benchmark still reports telemetry numbers without it
         traceback.print_exc(file=sys.stderr)
         return None, f"trainer failed: {type(exc).__name__}: {exc}"[:200] + "; pass --ppo-step-s"
 
 
-def measure_ppo_step_s(steps: int) -> float:
+def measure_ppo_step_s(steps: int) -> tuple[float, str]:
     """Median wall time of ``steps`` tiny-world PPO steps (examples/ppo_tiny.yaml, full sample
     logging as configured there) after one warm-up step, through the real ``rlcockpit train``
     CLI; step times come from the run's phase records (benchmarks/_trainer_runs.py)."""
@@ -410,6 +435,8 @@ def measure_ppo_step_s(steps: int) -> float:
     with tempfile.TemporaryDirectory(prefix="rlcockpit-bench-ppo-") as tmp:
         overrides = [f"train.steps={steps + 1}", "eval.every=0", "checkpoint.every=0",
                      "checkpoint.at_end=false", f"checkpoint.dir={tmp}/checkpoints"]
+        model, how = _ppo_model(Path(tmp))
+        overrides += [f"model.path={model}"] if model else []
         run = tr.run_train(tr.example_config("ppo"), Path(tmp) / "ppo.db", overrides,
                            timeout_s=1800.0)
         if run.returncode != 0:
@@ -417,7 +444,23 @@ def measure_ppo_step_s(steps: int) -> float:
         times = tr.step_wall_times(run.store_uri, run.run_id)[1:]  # step 0 warms up
     if len(times) < steps:
         raise RuntimeError(f"expected {steps} timed steps, the run recorded {len(times)}")
-    return statistics.median(times)
+    return statistics.median(times), f"measured: median of {steps} tiny-world PPO steps ({how})"
+
+
+def _ppo_model(tmp: Path) -> tuple[str | None, str]:
+    """The shipped SFT checkpoint when it is built; otherwise a 1-step SFT model made here. An
+    untrained policy rarely stops before max_new_tokens, so its step time is an upper bound."""
+    import subprocess
+
+    from rlcockpit.world import SFT_CHECKPOINT
+
+    if Path(SFT_CHECKPOINT).exists():
+        return None, "shipped SFT checkpoint"
+    out = tmp / "sft-1step"
+    subprocess.run([sys.executable, "-m", "rlcockpit", "world", "sft", "--out", str(out),
+                    "--steps", "1", "--no-eval"], check=True, capture_output=True, timeout=900)
+    return str(out), ("shipped SFT checkpoint missing: a 1-step SFT model, responses run to "
+                      "max_new_tokens, so the step time is an upper bound")
 
 
 # --- report -------------------------------------------------------------------------------------
