@@ -119,3 +119,12 @@ def test_a_nan_reward_at_run_time_is_dropped_counted_flagged_and_stored(tmp_path
     assert [(e.step, e.payload["sample_ids"]) for e in flagged] == [(1, [1]), (2, [1])]
     means = dict(series(cfg, result.run_id, ["reward/mean"])["reward/mean"])
     assert math.isfinite(means[1])  # the step's statistics skip the dropped sample
+
+
+def test_numbers_in_exponent_notation_are_numbers():
+    # YAML 1.1 reads "2e-4" (no dot) as a string; a user typing optim.actor_lr=2e-4 means a number
+    from rlcockpit.config import load_config
+    from rlcockpit.trainer.config import TrainConfig
+
+    cfg = load_config(TrainConfig, None, ["optim.actor_lr=2e-4", "kl.coef=5E-2"])
+    assert (cfg.optim.actor_lr, cfg.kl.coef) == (2e-4, 5e-2)

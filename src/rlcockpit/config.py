@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +22,7 @@ from rlcockpit.errors import ConfigError
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
+_EXPONENT_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
 
 def option(
@@ -168,6 +170,8 @@ def _coerce_scalar(tp: Any, value: Any, key: str) -> Any:
             raise bad("an integer")
         return value
     if tp is float:
+        if isinstance(value, str) and _EXPONENT_NUMBER.match(value.strip()):
+            return float(value)  # YAML 1.1 reads "1e-4" (no dot) as a string; it is a number
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad("a number")
         return float(value)

@@ -251,6 +251,7 @@ class Trainer:
             saved = bool(self.last_checkpoint and self.last_checkpoint.endswith(f"step_{self.step:07d}"))
             if self.telemetry is not None and reason and self.cfg.checkpoint.at_end and self.step > 0 and not saved:
                 self.checkpoint(self.step, reason)
+                self.telemetry.log(self.step, {"time/checkpoint_s": self.clock.take_durations()["CHECKPOINT"]})
         finally:
             self.clock.close()
             if self.telemetry is not None:
