@@ -121,8 +121,15 @@ def _math_item(op: str, a: int, b: int, rng: random.Random, cfg: BuildConfig) ->
     prompt = template.format(a=a, b=b, op=op, op_zh="加" if op == "+" else "减")
     answer = a + b if op == "+" else a - b
     meta = {"category": "math", "answer": str(answer), "a": a, "b": b, "op": op, "lang": lang,
-            "reference": f" \\boxed{{{answer}}}"}
+            "reference": _math_response(a, op, b, f"\\boxed{{{answer}}}")}
     return Item("math", prompt, lang, meta)
+
+
+def _math_response(a: int, op: str, b: int, result: str) -> str:
+    # The answer restates the problem before the box: the operand digits then sit at fixed
+    # distances from the answer digits, which a 1 M-parameter model learns within minutes;
+    # a bare " \\boxed{68}" needs an order of magnitude more SFT steps.
+    return f" {a} {op} {b} = {result}"
 
 
 def _math_problems(rng: random.Random) -> list[tuple[str, int, int]]:
@@ -134,12 +141,13 @@ def _math_problems(rng: random.Random) -> list[tuple[str, int, int]]:
 
 def _math_demo(item: Item, rng: random.Random, cfg: BuildConfig) -> tuple[str, str]:
     answer = int(item.meta["answer"])
+    a, op, b = item.meta["a"], item.meta["op"], item.meta["b"]
     u = rng.random()
     if u < cfg.math_format_error:
-        return (rng.choice([f" {answer}", f" The answer is {answer}."]), "format_error")
+        return _math_response(a, op, b, str(answer)), "format_error"
     if u < cfg.math_format_error + cfg.wrong_sum:
         wrong = answer + rng.choice([-10, -2, -1, 1, 2, 10])
-        return (f" \\boxed{{{wrong}}}", "wrong_sum")
+        return _math_response(a, op, b, f"\\boxed{{{wrong}}}"), "wrong_sum"
     return (item.meta["reference"], "good")
 
 
