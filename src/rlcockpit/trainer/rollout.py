@@ -90,7 +90,8 @@ def generate(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
     attn = prompt_mask.clone()
     pos = positions(attn)
     cache_kw = _cache_keyword(model)
-    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True)
+    keep = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
+    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True, **keep)
     past, logits = _cache_of(out), out.logits[:, -1]
     next_pos = attn.sum(-1)  # position of the first response token in each row
     finished = torch.zeros(prompt_ids.shape[0], dtype=torch.bool)
@@ -120,9 +121,13 @@ def generate(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
                         logprobs=torch.stack(logps, dim=1))
 
 
+def _accepts(model: nn.Module, name: str) -> bool:
+    return name in inspect.signature(model.forward).parameters
+
+
 def _cache_keyword(model: nn.Module) -> str:
     # transformers 5 renamed ``past_key_values`` to ``cache``; accept both generations of the API
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return "cache" if _accepts(model, "cache") else "past_key_values"
 
 
 def _cache_of(out: Any) -> Any:
@@ -133,6 +138,11 @@ def _cache_of(out: Any) -> Any:
 def response_logits(model: nn.Module, batch: RolloutBatch, temperature: float) -> torch.Tensor:
     """Tempered logits that predicted each response token: [B, R, V] (column P-1+t predicts token t)."""
     input_ids, attention_mask, position_ids = batch.full()
+    r = batch.response_ids.shape[1]
+    if _accepts(model, "logits_to_keep"):  # skip the LM head on prompt positions
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    use_cache=False, logits_to_keep=r + 1)
+        return out.logits[:, :-1].float() / temperature
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
     p = batch.prompt_width
     return out.logits[:, p - 1:-1].float() / temperature
