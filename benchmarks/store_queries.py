@@ -321,16 +321,17 @@ class CompetitorPlan:
     notes: list[str] = field(default_factory=list)
 
 
-def plan_size(full_rows: int, rows_per_s: float, budget_s: float, what: str,
-              notes: list[str]) -> float:
-    """Fraction of ``full_rows`` that builds within ``budget_s`` at the measured rate."""
-    estimate = full_rows / max(rows_per_s, 1e-9)
+def plan_count(full: int, unit: str, rows_per_unit: int, rows_per_s: float, budget_s: float,
+               what: str, notes: list[str]) -> int:
+    """How many of ``full`` units (metrics, steps) build within ``budget_s`` at the measured rate;
+    a cut is noted with the exact count built."""
+    estimate = full * rows_per_unit / max(rows_per_s, 1e-9)
     if estimate <= budget_s:
-        return 1.0
-    scale = budget_s / estimate
+        return full
+    n = max(1, int(full * budget_s / estimate))
     notes.append(f"{what}: full size would take ~{estimate:,.0f} s to build "
-                 f"({rows_per_s:,.0f} rows/s); SCALED to {scale:.1%}")
-    return scale
+                 f"({rows_per_s:,.0f} rows/s); SCALED to {n:,} of {full:,} {unit}")
+    return n
 
 
 def mlflow_build(path: Path, fx: Fixture, budget_s: float) -> CompetitorPlan:
@@ -359,8 +360,8 @@ def mlflow_build(path: Path, fx: Fixture, budget_s: float) -> CompetitorPlan:
     t0 = time.perf_counter()
     log_metric(names[0], curves(rng, steps, 1)[:, 0])
     rate = fx.steps / (time.perf_counter() - t0)
-    n_metrics = max(1, int(fx.metrics * plan_size(fx.steps * fx.metrics, rate, budget_s * 0.6,
-                                                    "MLflow metrics", notes)))
+    n_metrics = plan_count(fx.metrics, "metrics", fx.steps, rate, budget_s * 0.6,
+                           "MLflow metrics", notes)
     for name in names[1:n_metrics]:
         log_metric(name, curves(rng, steps, 1)[:, 0])
     n_samples = mlflow_samples(client, run_id, fx, budget_s * 0.4, notes)
@@ -378,8 +379,8 @@ def mlflow_samples(client: Any, run_id: str, fx: Fixture, budget_s: float,
     t0 = time.perf_counter()
     client.log_table(run_id, _sample_frame(pd, fx, 0, probe_steps), artifact_file="samples.json")
     rate = probe_steps * fx.samples_per_step / (time.perf_counter() - t0)
-    scale = plan_size(fx.samples, rate, budget_s, "MLflow samples (log_table)", notes)
-    n_steps = max(probe_steps, int(fx.steps * scale))
+    n_steps = max(probe_steps, plan_count(fx.steps, "steps of samples", fx.samples_per_step, rate,
+                                          budget_s, "MLflow samples (log_table)", notes))
     if n_steps > probe_steps:  # log_table appends to an existing table file
         client.log_table(run_id, _sample_frame(pd, fx, probe_steps, n_steps),
                          artifact_file="samples.json")
@@ -422,7 +423,7 @@ def mlflow_queries(path: Path, fx: Fixture, plan: CompetitorPlan, runs: int) -> 
     def hist() -> Any:
         return np.histogram(load().reward.to_numpy(), bins=50)
 
-    kw = {"scale": plan.sample_scale, "note": "load_table + pandas"}
+    kw = {"scale": plan.sample_scale}
     return [
         timed("mlflow", "curve", "get_metric_history (all points)",
               lambda: client.get_metric_history(run_id, CURVE_METRIC), runs, len,
@@ -449,8 +450,8 @@ def tensorboard_build(path: Path, fx: Fixture, budget_s: float) -> CompetitorPla
     for s, v in zip(steps.tolist(), values, strict=True):
         w.add_scalar(names[0], v, s)
     rate = fx.steps / (time.perf_counter() - t0)
-    n_metrics = max(1, int(fx.metrics * plan_size(fx.steps * fx.metrics, rate, budget_s,
-                                                    "TensorBoard scalars", notes)))
+    n_metrics = plan_count(fx.metrics, "metrics", fx.steps, rate, budget_s,
+                           "TensorBoard scalars", notes)
     for s, v in zip(steps.tolist(), values, strict=True):
         for name in names[1:n_metrics]:
             w.add_scalar(name, v, s)
