@@ -203,14 +203,15 @@ def summarise(measures: list[Measure]) -> dict:
         errors = [m.error for m in measures if m.error]
         return {"s_per_step": None, "tokens_per_s": None, "runs": 0, "error": errors[-1] if errors else ""}
     per_run = [tr.median(m.step_s) for m in ok]
-    total_s = sum(sum(m.step_s) for m in ok)
-    total_tokens = sum(sum(m.tokens) for m in ok)
+    # Per-step rates, median over every counted step of every run: a load spike from another job
+    # on the shared machine moves one step, not the figure (as for s / step).
+    rates = [t / s for m in ok for t, s in zip(m.tokens, m.step_s, strict=False) if s > 0]
     phases = {}
     for p in PHASES:
         vals = [m.phases[p] for m in ok if m.phases.get(p) is not None]
         if vals:
             phases[p] = tr.median(vals)
-    return {"s_per_step": tr.median(per_run), "tokens_per_s": total_tokens / total_s if total_s else None,
+    return {"s_per_step": tr.median(per_run), "tokens_per_s": tr.median(rates),
             "runs": len(ok), "per_run_s": [round(x, 4) for x in per_run], "phases": phases, "error": ""}
 
 
