@@ -12,6 +12,7 @@ Same seed, same thread count, same data -> identical weights (a test checks it).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import random
 import time
@@ -35,7 +36,7 @@ class SFTConfig(Config):
     """Budget and optimiser of the warm start. The defaults produce the shipped checkpoint."""
 
     seed: int = option(0, help="Seed of the model init and of the data order.", range=(0, None))
-    steps: int = option(700, help="Optimiser steps.", range=(1, 1_000_000))
+    steps: int = option(2000, help="Optimiser steps.", range=(1, 1_000_000))
     batch_size: int = option(64, help="Demonstrations per step.", range=(1, 4096))
     lr: float = option(3e-3, help="Peak AdamW learning rate (linear warm-up, cosine decay).",
                        range=(1e-6, 1.0))
@@ -161,14 +162,23 @@ def save_checkpoint(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerFast, 
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    # top_k=0: plain sampling at temperature 1.0 unless the caller asks for more.
     model.generation_config = GenerationConfig(
-        do_sample=True, temperature=1.0, top_p=1.0, max_new_tokens=24,
+        do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=24,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
     )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    _portable_tokenizer_class(out / "tokenizer_config.json")
     return out
+
+
+def _portable_tokenizer_class(path: Path) -> None:
+    # transformers 5 writes its internal class name; PreTrainedTokenizerFast loads in 4.x and 5.x.
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 __all__ = ["SFTConfig", "SFTResult", "collate", "encode", "load_demonstrations", "save_checkpoint",
