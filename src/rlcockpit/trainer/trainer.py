@@ -330,16 +330,21 @@ class Trainer:
             self.telemetry.event(step, "observer_error", {"observer": repr(fn), "error": repr(exc)})
 
     def _handle(self, item: PendingChange, step: int) -> None:
+        """One inbox item: a live-parameter change, or a command (checkpoint, pause, resume, stop)."""
         if item.kind == "live_params":
             self._apply_live(item, step)
-        elif item.kind == "checkpoint":
-            self._checkpoint_requests.append(item)
+            return
+        if item.kind == "checkpoint":
+            self._checkpoint_requests.append(item)  # written after the other items, in HOTFIX
+            return
+        if item.kind == "pause":
+            self.paused, kind = True, "paused"
+        elif item.kind == "resume":
+            self.paused, kind = False, "resumed"
         else:
-            self.paused = {"pause": True, "resume": False}.get(item.kind, self.paused)
-            self.stop_requested = self.stop_requested or item.kind == "stop"
-            self.telemetry.event(step, {"pause": "paused", "resume": "resumed", "stop": "stop_requested"}[item.kind],
-                                 {"reason": item.reason, "requested_by": item.requested_by})
-            item.resolve(step)
+            self.stop_requested, kind = True, "stop_requested"
+        self.telemetry.event(step, kind, {"reason": item.reason, "requested_by": item.requested_by})
+        item.resolve(step)
 
     def _apply_live(self, item: PendingChange, step: int) -> None:
         before = self.live.params
