@@ -58,11 +58,14 @@ def build_model(config: TinyModelConfig | None = None, *, seed: int | None = Non
     from transformers import GPT2LMHeadModel
 
     hf_config = (config or TinyModelConfig()).to_hf()
-    if seed is None:
-        return GPT2LMHeadModel(hf_config).float()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return GPT2LMHeadModel(hf_config).float()
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        model = GPT2LMHeadModel(hf_config).float()
+    # GPT2LMHeadModel's class name maps to no loss type, which makes transformers warn once and
+    # fall back to the causal-LM loss; name that loss explicitly.
+    model.loss_type = "ForCausalLM"
+    return model
 
 
 def count_parameters(model) -> int:
