@@ -10,7 +10,7 @@ from collections import deque
 from typing import Any
 
 DEFAULT_STORE = "sqlite:///rlcockpit.db"
-DEFAULT_STEPS = 150
+DEFAULT_STEPS = 200
 COLUMNS = (("reward/mean", "reward"), ("kl/mean", "KL"), ("policy/entropy", "entropy"),
            ("eval/accuracy/math", "math acc (eval)"), ("eval/reward/mean", "eval reward"))
 
