@@ -145,3 +145,41 @@ def test_the_fused_gelu_swap_gives_the_same_logits(tmp_path):
     x = torch.tensor([[5, 6, 7, 8, 9]])
     with torch.no_grad():
         torch.testing.assert_close(ours(input_ids=x).logits, plain(input_ids=x).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_padding_content_never_reaches_valid_positions(gpt2):
+    """Whatever sits in prompt padding or after EOS, the logprobs of real response tokens are unchanged."""
+    ids, mask = left_pad([[5, 6, 7, 8], [9]], pad_id=0)
+    batch = generate(gpt2, ids, mask, max_new_tokens=6, temperature=1.0, top_p=1.0, eos_id=1, pad_id=0,
+                     generator=torch.Generator().manual_seed(3))
+    noisy = batch.select(torch.arange(2))
+    g = torch.Generator().manual_seed(7)
+    noisy.prompt_ids = torch.where(noisy.prompt_mask == 0, torch.randint(2, 500, noisy.prompt_ids.shape, generator=g),
+                                   noisy.prompt_ids)
+    noisy.response_ids = torch.where(noisy.response_mask == 0,
+                                     torch.randint(2, 500, noisy.response_ids.shape, generator=g), noisy.response_ids)
+    with torch.no_grad():
+        clean = logprobs_from_logits(response_logits(gpt2, batch, 1.0), batch.response_ids)
+        dirty = logprobs_from_logits(response_logits(gpt2, noisy, 1.0), noisy.response_ids)
+    valid = batch.response_mask != 0
+    torch.testing.assert_close(clean[valid], dirty[valid], atol=1e-5, rtol=0)
+
+
+def test_prompts_from_a_jsonl_file_with_their_own_categories_and_meta(tmp_path):
+    import json
+
+    model_dir = make_model_dir(tmp_path / "m", "gpt2")
+    rows = [{"prompt": f"Say {w}:", "prompt_id": f"p{i}", "category": "echo" if i % 2 else "other", "word": w}
+            for i, w in enumerate(["yes", "no", "up", "down", "left", "right", "red", "blue"])]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    reward = tmp_path / "echo.py"
+    reward.write_text("def fn(prompts, responses, meta, step):\n"
+                      "    return [{'echo': float(m['word'] in r), 'info/correct': float(m['word'] in r)}\n"
+                      "            for r, m in zip(responses, meta)]\n", encoding="utf-8")
+    cfg = make_config(tmp_path, "train.steps=2", f"data.source={data}", f"reward.fn={reward}:fn", "eval.every=2",
+                      model=model_dir)
+    result = Trainer(cfg).run()
+    got = series(cfg, result.run_id)
+    assert {"reward/echo/mean", "reward/category/echo/mean", "reward/category/other/mean",
+            "eval/accuracy/echo", "eval/accuracy/other"} <= set(got)
