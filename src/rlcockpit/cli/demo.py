@@ -64,6 +64,7 @@ def run_demo(steps: int = DEFAULT_STEPS, store: str = DEFAULT_STORE, seed: int =
 
         trainer.add_observer(on_step)
         result = trainer.run()
+    console.print()
     print_where(console, result, cfg)
     return result
 
@@ -84,20 +85,20 @@ class DemoView:
         self.rows.append((step, metrics))
 
     def render(self) -> Any:
-        from rich.console import Group
+        from rich.console import Group, NewLine
         from rich.progress_bar import ProgressBar
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title="tiny world PPO (eval: fixed validation prompts and seed)", expand=False)
+        table = Table(expand=False)
         table.add_column("step", justify="right")
         for _, label in COLUMNS:
             table.add_column(label, justify="right")
         for step, m in self.rows:
             table.add_row(str(step), *(_fmt(m.get(key)) for key, _ in COLUMNS))
-        header = Text(f"step {self.step}/{self.total}   latest math accuracy (eval): "
-                      f"{_fmt(self.last_eval.get('eval/accuracy/math'))}")
-        return Group(header, ProgressBar(total=self.total, completed=self.step, width=60), table)
+        header = Text(f"tiny world PPO  step {self.step}/{self.total}  latest math accuracy (eval on fixed "
+                      f"validation prompts and seed): {_fmt(self.last_eval.get('eval/accuracy/math'))}")
+        return Group(header, ProgressBar(total=self.total, completed=self.step, width=60), NewLine(), table)
 
 
 def _fmt(value: float | None) -> str:
