@@ -84,6 +84,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="python of the venv with the latest TRL (GRPO)")
     p.add_argument("--trl-ppo-python", type=Path, default=DEFAULT_TRL_PPO,
                    help="python of the venv with TRL 1.12 (PPO)")
+    p.add_argument("--runs-log", type=Path, default=None,
+                   help="append every run's step times as one JSON line to this file as it finishes "
+                        "(keeps partial results of a long benchmark)")
     p.add_argument("--quick", action="store_true",
                    help="smoke mode: tiny batch, 3 steps, one round, no warm-up round")
     return p.parse_args(argv)
@@ -211,8 +214,15 @@ def summarise(measures: list[Measure]) -> dict:
         vals = [m.phases[p] for m in ok if m.phases.get(p) is not None]
         if vals:
             phases[p] = tr.median(vals)
-    return {"s_per_step": tr.median(per_run), "tokens_per_s": tr.median(rates),
+    return {"s_per_step": tr.median(per_run), "tokens_per_s": tr.median(rates), "best_s": min(per_run),
             "runs": len(ok), "per_run_s": [round(x, 4) for x in per_run], "phases": phases, "error": ""}
+
+
+def paired_ratio(ours: list[float], trl: list[float]) -> float | None:
+    """Median over rounds of ours / TRL of the two runs of the same round (adjacent in time, so a
+    load change on the shared machine hits both); needs both runs of a round to have succeeded."""
+    pairs = [a / b for a, b in zip(ours, trl, strict=False) if b]
+    return round(tr.median(pairs), 3) if pairs and len(ours) == len(trl) else None
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -246,9 +256,17 @@ def run_all(args: argparse.Namespace) -> dict:
                   f"{'ERROR ' + m.error.splitlines()[0] if m.error else ''}", file=sys.stderr)
             if r >= warm:
                 results[(side, algo)].append(m)
+            if args.runs_log is not None:
+                log_run(args.runs_log, tag, side, algo, m)
     return {"algos": algos, "loads": loads, "probes": probes, "steps": steps, "rounds": rounds,
             "summary": {k: summarise(v) for k, v in results.items()},
             "machine": {**load_before, "load_avg_1m_after": machine()["load_avg_1m"]}}
+
+
+def log_run(path: Path, tag: str, side: str, algo: str, m: Measure) -> None:
+    row = {"round": tag, "side": side, "algo": algo, **asdict(m), "load_avg_1m": os.getloadavg()[0]}
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n")
 
 
 def headline(res: dict, threads: int) -> dict:
@@ -260,6 +278,10 @@ def headline(res: dict, threads: int) -> dict:
             f"ours_{algo}_s_per_step": _r(ours["s_per_step"]),
             f"trl_{algo}_s_per_step": _r(trl["s_per_step"]),
             f"{algo}_speed_ratio": ratio(ours["s_per_step"], trl["s_per_step"]),
+            f"ours_{algo}_best_s_per_step": _r(ours.get("best_s")),
+            f"trl_{algo}_best_s_per_step": _r(trl.get("best_s")),
+            f"{algo}_best_speed_ratio": ratio(ours.get("best_s"), trl.get("best_s")),
+            f"{algo}_paired_speed_ratio": paired_ratio(ours.get("per_run_s", []), trl.get("per_run_s", [])),
             f"ours_{algo}_tokens_per_s": _r(ours["tokens_per_s"], 1),
             f"trl_{algo}_tokens_per_s": _r(trl["tokens_per_s"], 1),
             f"{algo}_tokens_per_s_ratio": ratio(ours["tokens_per_s"], trl["tokens_per_s"]),
@@ -284,7 +306,8 @@ def print_table(res: dict, head: dict) -> None:
     from rich.table import Table
 
     table = Table(title="Trainer speed: ours vs TRL (same model, prompts, reward, batch, length, KL)")
-    for col in ("algo", "trainer", "s / step", "tokens / s", "runs", "ours/TRL s/step", "note"):
+    for col in ("algo", "trainer", "s / step", "best run s / step", "tokens / s", "runs",
+                "ours/TRL s/step", "paired ratio", "note"):
         table.add_column(col, justify="right" if col not in ("algo", "trainer", "note") else "left")
     for algo in res["algos"]:
         for side in ("ours", "trl"):
@@ -293,8 +316,11 @@ def print_table(res: dict, head: dict) -> None:
             note = s["error"].splitlines()[0][:60] if s["error"] else ""
             if side == "trl" and res["probes"][algo][1] != "ok":
                 note = res["probes"][algo][1]
-            table.add_row(algo, name, _fmt(s["s_per_step"], 3), _fmt(s["tokens_per_s"], 0), str(s["runs"]),
-                          _fmt(head[f"{algo}_speed_ratio"], 2) if side == "ours" else "", note)
+            ours_row = side == "ours"
+            table.add_row(algo, name, _fmt(s["s_per_step"], 3), _fmt(s.get("best_s"), 3),
+                          _fmt(s["tokens_per_s"], 0), str(s["runs"]),
+                          _fmt(head[f"{algo}_speed_ratio"], 2) if ours_row else "",
+                          _fmt(head[f"{algo}_paired_speed_ratio"], 2) if ours_row else "", note)
     Console(stderr=False).print(table)
     for algo in res["algos"]:
         phases = head.get(f"ours_{algo}_phase_s") or {}
