@@ -29,8 +29,8 @@ class ModelConfig(Config):
     normalize_values: bool = option(False, help="Critic output normalisation (seed 000 §3.2/§4.2): the critic "
                                     "predicts returns normalised by running statistics; predictions are "
                                     "denormalised before GAE.")
-    threads: int = option(0, help="torch.set_num_threads for training; 0 = leave torch's default.",
-                          range=(0, 256))
+    threads: int = option(0, help="torch.set_num_threads for training; 0 = torch's default (all cores). On a "
+                          "busy shared machine 1 is often fastest for the tiny model.", range=(0, 256))
 
 
 @dataclass(frozen=True)
