@@ -128,3 +128,11 @@ def test_numbers_in_exponent_notation_are_numbers():
 
     cfg = load_config(TrainConfig, None, ["optim.actor_lr=2e-4", "kl.coef=5E-2"])
     assert (cfg.optim.actor_lr, cfg.kl.coef) == (2e-4, 5e-2)
+
+
+def test_responses_that_cannot_fit_the_context_are_refused_with_the_largest_allowed(capsys, tmp_path, model_dir):
+    code, err = cli(capsys, f"model.path={model_dir}", "rollout.max_new_tokens=200", "eval.every=0",
+                    f"--store=sqlite:///{tmp_path / 'runs.db'}")
+    assert code == 2
+    assert __import__("re").search(r"rollout\.max_new_tokens=200 does not fit: the model's context is 128 tokens and "
+                                   r"the longest prompt has \d+; use at most \d+", err), err
