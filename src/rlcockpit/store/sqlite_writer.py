@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 
 from rlcockpit.errors import NotFoundError, StoreError
 from rlcockpit.records import RUN_STATUSES, Batch, RunInfo
@@ -69,17 +70,8 @@ class SqliteWriter:
         run_key = self._run_key(run_id)
         new_names: dict[str, int] = {}
         new_run_names: set[tuple[int, str, int]] = set()
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._write_all(run_key, batch, new_names, new_run_names)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise _store_error("write batch", exc) from exc
+        with self._transaction("write batch"):
+            self._write_all(run_key, batch, new_names, new_run_names)
         # caches change only after the commit, so a rolled-back batch leaves no stale ids
         self._name_ids.update(new_names)
         self._run_names |= new_run_names
@@ -92,23 +84,30 @@ class SqliteWriter:
                   for step, ids in keep.items()]
         doomed = ("SELECT payload_id FROM samples WHERE run_key = ? AND step = ? AND "
                   "has_token_arrays = 1 AND sample_id NOT IN (SELECT value FROM json_each(?))")
+        with self._transaction("strip token arrays"):
+            self._conn.executemany(
+                "UPDATE sample_payloads SET tokens = NULL, logprobs = NULL, "
+                f"ref_logprobs = NULL, token_kl = NULL WHERE payload_id IN ({doomed})", params)
+            self._conn.executemany(
+                "UPDATE samples SET has_token_arrays = 0 WHERE run_key = ? AND step = ? AND "
+                "has_token_arrays = 1 AND sample_id NOT IN (SELECT value FROM json_each(?))",
+                params)
+
+    @contextlib.contextmanager
+    def _transaction(self, action: str) -> Iterator[None]:
+        """One IMMEDIATE transaction: committed as a whole or rolled back; sqlite errors become
+        StoreError naming ``action``."""
         try:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                self._conn.executemany(
-                    "UPDATE sample_payloads SET tokens = NULL, logprobs = NULL, "
-                    f"ref_logprobs = NULL, token_kl = NULL WHERE payload_id IN ({doomed})", params)
-                self._conn.executemany(
-                    "UPDATE samples SET has_token_arrays = 0 WHERE run_key = ? AND step = ? AND "
-                    "has_token_arrays = 1 AND sample_id NOT IN (SELECT value FROM json_each(?))",
-                    params)
+                yield
                 self._conn.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise _store_error("strip token arrays", exc) from exc
+            raise _store_error(action, exc) from exc
 
     def close(self) -> None:
         self._conn.close()
