@@ -27,9 +27,6 @@ def register(subparsers: Any) -> None:
 
 
 def _command(args: argparse.Namespace) -> int:
-    from rlcockpit.cli.train import prefer_passive_threads
-
-    prefer_passive_threads()
     result = run_demo(steps=args.steps, store=args.store, seed=args.seed)
     return 0 if result.status in ("finished", "stopped") else 1
 

@@ -9,7 +9,6 @@ checked before the first step. Every error names the key, the value and what is 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -96,15 +95,8 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def prefer_passive_threads() -> None:
-    """Let idle OpenMP threads sleep instead of spin. Must run before torch is imported. Measured on
-    the 2-core box shared with other jobs: a PPO step took 2.3 s with spinning threads, 1.0 s without."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
 def run_command(args: argparse.Namespace) -> int:
     cfg = build_config(args)  # fail fast, before torch is imported
-    prefer_passive_threads()
     resume_path = None
     if args.resume:
         from rlcockpit.trainer.checkpoint import checkpoint_config, resolve_checkpoint
