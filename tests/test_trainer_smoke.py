@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STEPS = 3
 EVAL_PROMPTS = 24
 BASE = ["reward/mean", "reward/std", "reward/min", "reward/max", "reward/raw/mean", "reward/normalized/mean",
-        "reward/nonfinite_total", "reward/scale", "kl/mean", "kl/token_mean", "kl/token_max", "kl/token_p99",
+        "reward/nonfinite_total", "update/skipped_total", "reward/scale", "kl/mean", "kl/token_mean", "kl/token_max", "kl/token_p99",
         "kl/coef", "kl/cycle_delta", "policy/entropy", "policy/approx_kl", "policy/clip_frac",
         "policy/ratio_mean", "policy/ratio_max", "policy/loss", "policy/clip_eps", "policy/entropy_coef",
         "ppo/epochs", "advantage/mean", "advantage/std", "advantage/abs_median", "advantage/whitened_std",

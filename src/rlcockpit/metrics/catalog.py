@@ -252,6 +252,9 @@ _GRADIENTS = _specs("gradients", [
     ("grad/clip/critic", "L2 norm", "none",
      "Live parameter: max gradient norm of the critic (clip_grad_norm_ before each critic "
      "optimiser step)."),
+    ("update/skipped_total", "steps", "flat",
+     "Running count of optimizer steps skipped because a loss or gradient norm was NaN or inf "
+     "(the trainer's built-in guard drops those gradients and goes on). Healthy: stays 0."),
     ("update/ratio/actor", "ratio", "band",
      "||delta theta|| / ||theta|| of the actor parameters over the step's updates. Healthy: "
      "around 1e-4 to 1e-2; larger means the learning rate is too high."),

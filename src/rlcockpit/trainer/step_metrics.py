@@ -36,6 +36,7 @@ LOGGED_METRICS: dict[str, str] = {
     "reward/<component>/mean": "every step, per component the reward function returns",
     "reward/category/<category>/mean": "every step, per prompt category in the batch",
     "reward/nonfinite_total": "every step", "reward/frac_zero_std_groups": "GRPO",
+    "update/skipped_total": "every step",
     "reward/scale": "every step (live)",
     "kl/mean": "every step", "kl/token_mean": "every step", "kl/token_max": "every step",
     "kl/token_p99": "every step", "kl/coef": "every step (live / adaptive)", "kl/target": "with kl.adaptive (live)",

@@ -287,6 +287,7 @@ class Trainer:
         metrics = {**sm.reward_metrics(state, live.reward_scale), **sm.kl_metrics(state),
                    **sm.response_metrics(state), **sm.advantage_metrics(state), **sm.value_metrics(state), **stats}
         metrics["reward/nonfinite_total"] = float(self.nonfinite_total)
+        metrics["update/skipped_total"] = float(self.updater.skipped_total)
         if self.cfg.algo == "grpo":
             metrics["reward/frac_zero_std_groups"] = state.zero_std_groups / self.cfg.rollout.batch_size
         if math.isfinite(self.prev_kl_mean):  # no previous step, no cycle delta
