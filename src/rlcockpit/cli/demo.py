@@ -104,8 +104,11 @@ def _fmt(value: float | None) -> str:
 
 def print_where(console: Any, result: Any, cfg: Any) -> None:
     console.print(f"[bold]{result.status}[/] at step {result.step}. Run id [cyan]{result.run_id}[/].")
-    console.print(f"Data (metrics, samples with token arrays, phases, events): {cfg.telemetry.store}")
-    console.print(f"  list runs:  rlcockpit runs --store {cfg.telemetry.store}")
+    # soft_wrap: never break a path or a command line, so it can be copied as printed
+    console.print(f"Data (metrics, samples with token arrays, phases, events): {cfg.telemetry.store}",
+                  soft_wrap=True)
+    console.print(f"  list runs:  rlcockpit runs --store {cfg.telemetry.store}", soft_wrap=True)
     if result.checkpoint:
-        console.print(f"Checkpoint: {result.checkpoint}")
-        console.print(f"  continue:   rlcockpit train --resume {result.checkpoint} train.steps={result.step + 100}")
+        console.print(f"Checkpoint: {result.checkpoint}", soft_wrap=True)
+        console.print(f"  continue:   rlcockpit train --resume {result.checkpoint} train.steps={result.step + 100}",
+                      soft_wrap=True)

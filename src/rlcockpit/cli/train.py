@@ -150,9 +150,12 @@ def print_summary(result: Any, cfg: TrainConfig) -> None:
     console = Console(stderr=False)
     console.print(f"[bold]{result.status}[/] run [cyan]{result.run_id}[/] at step {result.step} "
                   f"({step_stats(result.metrics)})")
-    console.print(f"store: {result.store}   (list runs: rlcockpit runs --store {result.store})")
+    # soft_wrap: never break a path or a command line, so it can be copied as printed
+    console.print(f"store: {result.store}   (list runs: rlcockpit runs --store {result.store})",
+                  soft_wrap=True)
     if result.checkpoint:
-        console.print(f"checkpoint: {result.checkpoint}   (continue: rlcockpit train --resume {result.checkpoint})")
+        console.print(f"checkpoint: {result.checkpoint}   (continue: rlcockpit train --resume {result.checkpoint})",
+                      soft_wrap=True)
 
 
 if __name__ == "__main__":  # pragma: no cover
