@@ -38,20 +38,16 @@ clean:
 # extras: .benchvenv-trl has the latest TRL (GRPOTrainer), .benchvenv-trl-ppo has TRL 1.12, the last
 # release that ships trl.experimental.ppo.PPOTrainer. torch is pinned first, as for the project venv.
 # BENCH_ARGS passes flags through, e.g. `make bench-learning BENCH_ARGS="--algo grpo"`.
-TRL_VENV     ?= .benchvenv-trl
-TRL_PPO_VENV ?= .benchvenv-trl-ppo
+TRL_VENV     := .benchvenv-trl
+TRL_PPO_VENV := .benchvenv-trl-ppo
 .PHONY: bench-trainer bench-learning
 
-$(TRL_VENV)/.installed: benchmarks/requirements-trl.txt pyproject.toml
-	$(PYTHON) -m venv $(TRL_VENV)
-	$(TRL_VENV)/bin/pip install --quiet torch==2.13.0
-	$(TRL_VENV)/bin/pip install --quiet -e ".[train]" -r benchmarks/requirements-trl.txt
-	touch $@
-
-$(TRL_PPO_VENV)/.installed: benchmarks/requirements-trl-ppo.txt pyproject.toml
-	$(PYTHON) -m venv $(TRL_PPO_VENV)
-	$(TRL_PPO_VENV)/bin/pip install --quiet torch==2.13.0
-	$(TRL_PPO_VENV)/bin/pip install --quiet -e ".[train]" -r benchmarks/requirements-trl-ppo.txt
+# One recipe for every benchmark venv: .benchvenv-NAME gets torch (pinned first), the project with
+# its [train] extra, and benchmarks/requirements-NAME.txt.
+.benchvenv-%/.installed: benchmarks/requirements-%.txt pyproject.toml
+	$(PYTHON) -m venv .benchvenv-$*
+	.benchvenv-$*/bin/pip install --quiet torch==2.13.0
+	.benchvenv-$*/bin/pip install --quiet -e ".[train]" -r $<
 	touch $@
 
 bench-trainer: $(STAMP) $(TRL_VENV)/.installed $(TRL_PPO_VENV)/.installed
@@ -65,15 +61,9 @@ bench-learning: $(STAMP)
 # .benchvenv-trackers, never in the project's extras; torch is pinned first, as for the project venv.
 # The [train] extra lets benchmarks/telemetry.py time real tiny-world PPO steps. BENCH_ARGS passes
 # flags through, e.g. `make bench-telemetry BENCH_ARGS=--token-arrays`.
-TRACKERS_VENV ?= .benchvenv-trackers
+TRACKERS_VENV := .benchvenv-trackers
 BENCH_ARGS    ?=
 .PHONY: bench-telemetry bench-store
-
-$(TRACKERS_VENV)/.installed: benchmarks/requirements-trackers.txt pyproject.toml
-	$(PYTHON) -m venv $(TRACKERS_VENV)
-	$(TRACKERS_VENV)/bin/pip install --quiet torch==2.13.0
-	$(TRACKERS_VENV)/bin/pip install --quiet -e ".[train]" -r benchmarks/requirements-trackers.txt
-	touch $@
 
 bench-telemetry: $(TRACKERS_VENV)/.installed
 	$(TRACKERS_VENV)/bin/python benchmarks/telemetry.py $(BENCH_ARGS)
