@@ -720,3 +720,31 @@ def test_store_doc_covers_tables_options_and_reader_methods(tmp_path):
     methods = [m for m in dir(StoreReader) if not m.startswith("_") and m != "close"]
     for name in methods + ["sample_histogram", "histogram_names"]:
         assert f"`{name}" in doc, name
+
+
+def test_snapshots_and_incidents_round_trip(tmp_path):
+    """A red finding's incident id and its snapshot come back linked, payload only on request."""
+    from rlcockpit.records import Batch, FindingRecord, RunInfo, SnapshotRecord
+    from rlcockpit.store import open_store
+
+    opened = open_store(f"sqlite:///{tmp_path}/snap.db")
+    writer = opened.writer()
+    writer.create_run(RunInfo(run_id="r1", project="p", name="n"))
+    writer.write_batch("r1", Batch(
+        findings=(FindingRecord(step=7, detector="kl_tiers", severity="red", message="KL 3x target",
+                                incident="inc-7"),
+                  FindingRecord(step=8, detector="clip_band", severity="yellow", message="clip")),
+        snapshots=(SnapshotRecord(step=7, kind="diagnostic", payload={"grad": [1.0, 2.0]},
+                                  incident="inc-7"),)))
+    writer.close()
+    reader = opened.reader()
+    linked = reader.read_findings("r1", incident="inc-7")
+    assert [(f.detector, f.incident) for f in linked] == [("kl_tiers", "inc-7")]
+    assert linked[0].finding_id is not None
+    listed = reader.read_snapshots("r1", incident="inc-7")
+    assert len(listed) == 1 and listed[0].payload == {}
+    full = reader.get_snapshot("r1", listed[0].snapshot_id)
+    assert full.payload == {"grad": [1.0, 2.0]} and full.step == 7
+    with pytest.raises(NotFoundError):
+        reader.get_snapshot("r1", 999)
+    reader.close()

@@ -112,6 +112,22 @@ class FindingRecord:
     patterns: tuple[str, ...] = ()
     status: str = "raised"
     wall_time: float = 0.0
+    incident: str = ""  # findings close together share an incident id (diagnostics engine)
+    finding_id: int | None = None  # set by the store when read back
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """Evidence kept on a red or black finding (DESIGN.md §6): gradient-norm histogram, per-layer
+    gradient variance, head-gradient covariance, the triggering batch, the last samples, the metric
+    window and the config, as one JSON ``payload``. ``kind`` names the payload's layout."""
+
+    step: int
+    kind: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    incident: str = ""
+    snapshot_id: int | None = None  # set by the store when read back
+    wall_time: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -145,12 +161,13 @@ class Batch:
     findings: Sequence[FindingRecord] = ()
     phases: Sequence[PhaseRecord] = ()
     checkpoints: Sequence[CheckpointRecord] = ()
+    snapshots: Sequence[SnapshotRecord] = ()
 
     def __len__(self) -> int:
         return sum(
             len(x)
             for x in (self.metrics, self.histograms, self.samples, self.events, self.findings,
-                      self.phases, self.checkpoints)
+                      self.phases, self.checkpoints, self.snapshots)
         )
 
 

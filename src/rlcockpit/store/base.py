@@ -16,6 +16,7 @@ from rlcockpit.records import (
     PhaseRecord,
     RunInfo,
     SampleRecord,
+    SnapshotRecord,
 )
 
 
@@ -162,8 +163,17 @@ class StoreReader(Protocol):
         """Ascending (step, insertion order); ``limit`` keeps the most recent ``limit``."""
 
     def read_findings(
-        self, run_id: str, *, step_min: int | None = None, severities: Sequence[str] | None = None
-    ) -> list[FindingRecord]: ...
+        self, run_id: str, *, step_min: int | None = None, severities: Sequence[str] | None = None,
+        incident: str | None = None,
+    ) -> list[FindingRecord]:
+        """Ascending; each record carries its ``finding_id`` and ``incident``."""
+
+    def read_snapshots(self, run_id: str, *, incident: str | None = None,
+                       with_payload: bool = False) -> list[SnapshotRecord]:
+        """Ascending; without ``with_payload`` the (large) payloads are left out."""
+
+    def get_snapshot(self, run_id: str, snapshot_id: int) -> SnapshotRecord:
+        """Raises NotFoundError for an unknown snapshot."""
 
     def read_phases(self, run_id: str, *, limit: int | None = None) -> list[PhaseRecord]:
         """Ascending; ``limit`` keeps the most recent ``limit``."""

@@ -151,7 +151,17 @@ def _v3_metric_rollups(conn: sqlite3.Connection) -> None:
     rollups.backfill(conn)
 
 
-MIGRATIONS: tuple[Migration, ...] = (_v1_core, _v2_query_indices, _v3_metric_rollups)
+def _v4_incidents(conn: sqlite3.Connection) -> None:
+    """Findings and snapshots carry the diagnostics engine's incident id (DESIGN.md §6)."""
+    _run_script(conn, """
+    ALTER TABLE findings ADD COLUMN incident TEXT NOT NULL DEFAULT '';
+    ALTER TABLE snapshots ADD COLUMN incident TEXT NOT NULL DEFAULT '';
+    CREATE INDEX findings_by_run_incident ON findings (run_key, incident)
+    """)
+
+
+MIGRATIONS: tuple[Migration, ...] = (_v1_core, _v2_query_indices, _v3_metric_rollups,
+                                     _v4_incidents)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -19,6 +19,7 @@ from rlcockpit.records import (
     PhaseRecord,
     RunInfo,
     SampleRecord,
+    SnapshotRecord,
 )
 from rlcockpit.store import codec
 from rlcockpit.store import sqlite_rows as rows
@@ -194,14 +195,35 @@ class SqliteReader:
         return [rows.event_from_row(r) for r in found]
 
     def read_findings(self, run_id: str, *, step_min: int | None = None,
-                      severities: Sequence[str] | None = None) -> list[FindingRecord]:
+                      severities: Sequence[str] | None = None,
+                      incident: str | None = None) -> list[FindingRecord]:
         where, args = self._step_where(run_id, step_min, None)
         if severities is not None:
             where += f" AND severity IN ({', '.join('?' * len(severities))})"
             args += tuple(severities)
-        found = self._tail("findings", "finding_id", "step, detector, severity, message, "
-                           "evidence, patterns, status, wall_time", where, args, None)
+        if incident is not None:
+            where += " AND incident = ?"
+            args += (incident,)
+        found = self._tail("findings", "finding_id", rows.FINDING_COLUMNS, where, args, None)
         return [rows.finding_from_row(r) for r in found]
+
+    def read_snapshots(self, run_id: str, *, incident: str | None = None,
+                       with_payload: bool = False) -> list[SnapshotRecord]:
+        where, args = self._step_where(run_id, None, None)
+        if incident is not None:
+            where += " AND incident = ?"
+            args += (incident,)
+        found = self._tail("snapshots", "snapshot_id", rows.SNAPSHOT_COLUMNS, where, args, None)
+        return [rows.snapshot_from_row(r, with_payload=with_payload) for r in found]
+
+    def get_snapshot(self, run_id: str, snapshot_id: int) -> SnapshotRecord:
+        where, args = self._step_where(run_id, None, None)
+        found = self._tail("snapshots", "snapshot_id", rows.SNAPSHOT_COLUMNS,
+                           where + " AND snapshot_id = ?", args + (int(snapshot_id),), None)
+        if not found:
+            raise NotFoundError(f"snapshot {snapshot_id} is not in run {run_id!r}",
+                                details={"run_id": run_id, "snapshot_id": snapshot_id})
+        return rows.snapshot_from_row(found[0])
 
     def read_phases(self, run_id: str, *, limit: int | None = None) -> list[PhaseRecord]:
         where, args = self._step_where(run_id, None, None)

@@ -18,6 +18,7 @@ from rlcockpit.records import (
     FindingRecord,
     PhaseRecord,
     SampleRecord,
+    SnapshotRecord,
 )
 from rlcockpit.store import codec
 
@@ -117,14 +118,34 @@ def event_from_row(row: tuple) -> EventRecord:
 def finding_row(run_key: int, f: FindingRecord, now: float) -> tuple:
     return (run_key, int(f.step), str(f.detector), str(f.severity), str(f.message),
             dumps(dict(f.evidence)), dumps(list(f.patterns)), str(f.status),
-            float(f.wall_time) or now)
+            float(f.wall_time) or now, str(f.incident))
+
+
+FINDING_COLUMNS = ("finding_id, step, detector, severity, message, evidence, patterns, status, "
+                   "wall_time, incident")
 
 
 def finding_from_row(row: tuple) -> FindingRecord:
-    step, detector, severity, message, evidence, patterns, status, wall_time = row
+    finding_id, step, detector, severity, message, evidence, patterns, status, wall, incident = row
     return FindingRecord(step=step, detector=detector, severity=severity, message=message,
                          evidence=json.loads(evidence), patterns=tuple(json.loads(patterns)),
-                         status=status, wall_time=wall_time)
+                         status=status, wall_time=wall, incident=incident or "",
+                         finding_id=finding_id)
+
+
+def snapshot_row(run_key: int, s: SnapshotRecord, now: float) -> tuple:
+    return (run_key, int(s.step), str(s.kind), dumps(dict(s.payload)), float(s.wall_time) or now,
+            str(s.incident))
+
+
+SNAPSHOT_COLUMNS = "snapshot_id, step, kind, payload, wall_time, incident"
+
+
+def snapshot_from_row(row: tuple, *, with_payload: bool = True) -> SnapshotRecord:
+    snapshot_id, step, kind, payload, wall_time, incident = row
+    return SnapshotRecord(step=step, kind=kind,
+                          payload=json.loads(payload) if with_payload else {},
+                          incident=incident or "", snapshot_id=snapshot_id, wall_time=wall_time)
 
 
 def phase_row(run_key: int, p: PhaseRecord, now: float) -> tuple:

@@ -225,7 +225,9 @@ class SqliteWriter:
         tables = (
             ("events (run_key, step, kind, payload, wall_time)", 5, batch.events, rows.event_row),
             ("findings (run_key, step, detector, severity, message, evidence, patterns, status, "
-             "wall_time)", 9, batch.findings, rows.finding_row),
+             "wall_time, incident)", 10, batch.findings, rows.finding_row),
+            ("snapshots (run_key, step, kind, payload, wall_time, incident)", 6, batch.snapshots,
+             rows.snapshot_row),
             ("phases (run_key, step, phase, status, duration_s, progress, wall_time)", 7,
              batch.phases, rows.phase_row),
             ("checkpoints (run_key, step, path, reason, wall_time)", 5, batch.checkpoints,
@@ -274,7 +276,8 @@ class SqliteWriter:
 
 def _max_step(batch: Batch) -> int | None:
     steps = [r.step for group in (batch.metrics, batch.histograms, batch.samples, batch.events,
-                                  batch.findings, batch.phases, batch.checkpoints) for r in group]
+                                  batch.findings, batch.phases, batch.checkpoints,
+                                  batch.snapshots) for r in group]
     return max(steps) if steps else None
 
 

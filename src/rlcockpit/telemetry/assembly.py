@@ -27,6 +27,7 @@ class Parts:
     findings: list = field(default_factory=list)
     phases: list = field(default_factory=list)
     checkpoints: list = field(default_factory=list)
+    snapshots: list = field(default_factory=list)
 
     def extend(self, other: Parts) -> None:
         for name in self.__dataclass_fields__:
@@ -43,7 +44,7 @@ class Parts:
         return Batch(metrics=tuple(self.metrics), histograms=tuple(self.histograms),
                      samples=tuple(self.samples), events=tuple(self.events),
                      findings=tuple(self.findings), phases=tuple(self.phases),
-                     checkpoints=tuple(self.checkpoints))
+                     checkpoints=tuple(self.checkpoints), snapshots=tuple(self.snapshots))
 
 
 STEP_KINDS = ("metrics", "histograms", "samples")

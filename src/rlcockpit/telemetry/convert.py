@@ -21,6 +21,7 @@ from rlcockpit.records import (
     MetricPoint,
     PhaseRecord,
     SampleRecord,
+    SnapshotRecord,
 )
 from rlcockpit.telemetry.drops import DropCounter
 
@@ -159,6 +160,12 @@ def event(step: int, payload: tuple, wall: float) -> EventRecord:
 
 def finding(step: int, payload: dict, wall: float) -> FindingRecord:
     return FindingRecord(step=step, wall_time=wall, **payload)
+
+
+def snapshot(step: int, payload: tuple, wall: float) -> SnapshotRecord:
+    kind, data, incident = payload
+    return SnapshotRecord(step=step, kind=str(kind), payload=data, incident=str(incident),
+                          wall_time=wall)
 
 
 def phase(step: int, payload: tuple, wall: float) -> PhaseRecord:

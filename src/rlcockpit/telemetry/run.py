@@ -73,10 +73,16 @@ class Run:
 
     def finding(self, *, step: int, detector: str, severity: str, message: str,
                 evidence: Mapping[str, Any] | None = None, patterns: Sequence[str] = (),
-                status: str = "raised") -> None:
+                status: str = "raised", incident: str = "") -> None:
         self._put("findings", step, {
             "detector": detector, "severity": severity, "message": message,
-            "evidence": dict(evidence or {}), "patterns": tuple(patterns), "status": status}, 1)
+            "evidence": dict(evidence or {}), "patterns": tuple(patterns), "status": status,
+            "incident": incident}, 1)
+
+    def snapshot(self, step: int, kind: str, payload: Mapping[str, Any], *,
+                 incident: str = "") -> None:
+        """Store a diagnostic snapshot (JSON payload) linked to an incident; written at once."""
+        self._put("snapshots", step, (kind, dict(payload), incident), 1)
 
     def phase(self, step: int, phase: str, status: str, duration_s: float | None = None,
               progress: float | None = None) -> None:

@@ -46,6 +46,7 @@ class BackgroundWriter(threading.Thread):
             "findings": self._live("findings", convert.finding),
             "phases": self._live("phases", convert.phase),
             "checkpoints": self._live("checkpoints", convert.checkpoint),
+            "snapshots": self._live("snapshots", convert.snapshot),
         }
 
     # ------------------------------------------------------------------ loop
