@@ -1,0 +1,118 @@
+"""What a detector is (DESIGN.md §6, STYLE.md: Cockpit's quantities / instruments split).
+
+The trainer and the importers produce *quantities* (catalog metrics and samples); a detector is an
+*instrument* reading them. Each step the engine hands every detector a :class:`StepView`; the
+detector updates its small window state and says what it sees *now*:
+
+- ``None``: healthy;
+- a :class:`Condition` (or a list of them, one per ``key``): a failure condition is present, at a
+  severity, with a message and evidence;
+- :data:`SKIPPED`: the inputs it reads are missing this step (never an exception).
+
+The engine, not the detector, turns conditions into findings: a finding is raised when a condition
+starts, escalates or resolves (alert hygiene), and findings close together become one incident.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rlcockpit.config import Config
+from rlcockpit.records import SEVERITIES, SampleRecord
+
+TIERS = ("yellow", "orange", "red", "black")  # 001 Q12; "info" findings never page anyone
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One step as a detector sees it: catalog metrics (NaN kept), the step's samples, wall time."""
+
+    step: int
+    metrics: Mapping[str, float]
+    samples: Sequence[SampleRecord] = ()
+    wall_time: float = 0.0
+
+    def get(self, name: str) -> float | None:
+        """The metric's value (NaN and inf included), or None when it was not logged this step."""
+        value = self.metrics.get(name)
+        return None if value is None else float(value)
+
+    def finite(self, name: str) -> float | None:
+        """The metric's value when it is a finite number, else None."""
+        value = self.get(name)
+        return value if value is not None and math.isfinite(value) else None
+
+    def matching(self, prefix: str) -> dict[str, float]:
+        """Every metric whose name starts with ``prefix`` (templated names: grad/norm/layer/<name>)."""
+        return {k: float(v) for k, v in self.metrics.items() if k.startswith(prefix)}
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A failure condition present at this step.
+
+    ``key`` tells apart several conditions of one detector (e.g. "collapse" and "blowup");
+    ``evidence`` holds the numbers a person needs to judge it. Put ``signal`` (a short human label
+    such as "KL") and ``onset_step`` (the step the signal started moving) in the evidence when you
+    know them: the engine uses them to name the first-moving signal of an incident.
+    """
+
+    severity: str
+    message: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    key: str = ""
+    message_zh: str = ""
+
+    def __post_init__(self) -> None:
+        if self.severity not in TIERS:
+            raise ValueError(f"Condition severity {self.severity!r} must be one of {TIERS}")
+
+
+class _Skipped:
+    def __repr__(self) -> str:
+        return "SKIPPED"
+
+
+SKIPPED = _Skipped()
+
+
+@dataclass(frozen=True)
+class NoConfig(Config):
+    """A detector without thresholds."""
+
+
+class Detector(abc.ABC):
+    """Base class of every detector, built-in or your own.
+
+    Subclasses set the class attributes and implement :meth:`update`. ``Config`` is a frozen
+    :class:`rlcockpit.config.Config` dataclass whose defaults come from the seeds; YAML overrides
+    arrive as ``diagnostics.detectors.<name>.<field>``.
+    """
+
+    name: ClassVar[str] = ""
+    family: ClassVar[str] = ""  # e.g. "kl", "entropy", "reward_hacking": what the benchmark checks
+    reads: ClassVar[tuple[str, ...]] = ()  # catalog names; a trailing "/" means "every name under"
+    reads_samples: ClassVar[bool] = False
+    patterns: ClassVar[tuple[str, ...]] = ()  # failure-library ids
+    signal: ClassVar[str] = ""  # short human label of the quantity watched, e.g. "KL"
+    Config: ClassVar[type] = NoConfig
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = config if config is not None else self.Config()
+
+    @abc.abstractmethod
+    def update(self, view: StepView) -> Condition | Sequence[Condition] | _Skipped | None:
+        """Read this step, update the window state, report the conditions present now."""
+
+    def tick(self, wall_time: float, last_step_wall: float | None
+             ) -> Condition | Sequence[Condition] | None:
+        """Called without a new step (heartbeat checks); most detectors ignore it."""
+        return None

@@ -1,0 +1,1 @@
+"""Built-in detectors, one per file; each registers itself with ``@register``."""

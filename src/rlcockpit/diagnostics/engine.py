@@ -1,0 +1,229 @@
+"""The diagnostics engine: runs every detector on each step, with alert hygiene and incidents.
+
+The same engine runs live in the trainer's DIAGNOSE phase and offline over a stored or imported run
+(``rlcockpit doctor``). Hygiene: a finding is emitted when a condition *starts* ("raised"),
+*escalates* to a higher tier ("escalated") or *resolves* after ``resolve_after`` absent steps
+("resolved") — never every step. Raised findings within ``incident_window`` steps of an open
+incident join it; the incident's summary names the first-moving signal (:mod:`.incidents`).
+
+Fail soft: a detector that raises is marked "error", reported once as an event-like status and
+skipped from then on; it never stops training.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView, severity_rank
+from rlcockpit.diagnostics.config import DiagnosticsConfig
+from rlcockpit.records import FindingRecord, SampleRecord
+
+log = logging.getLogger("rlcockpit.diagnostics")
+
+
+@dataclass
+class _Active:
+    severity: str
+    since: int
+    incident: str
+    absent: int = 0
+    last: Condition | None = None
+
+
+@dataclass
+class _Incident:
+    incident_id: str
+    first_step: int
+    last_step: int
+    open_keys: set = field(default_factory=set)
+
+
+class Engine:
+    """``Engine.from_config(cfg)``; then ``observe(step, metrics, samples)`` each step."""
+
+    def __init__(self, detectors: Sequence[Detector], config: DiagnosticsConfig | None = None,
+                 *, incident_prefix: str = "inc") -> None:
+        self.config = config or DiagnosticsConfig()
+        self.detectors = list(detectors)
+        self.status: dict[str, str] = {d.name: "waiting" for d in self.detectors}
+        self.errors: dict[str, str] = {}
+        self._active: dict[tuple[str, str], _Active] = {}
+        self._incidents: list[_Incident] = []
+        self._prefix = incident_prefix
+        self._last_step_wall: float | None = None
+
+    @classmethod
+    def from_config(cls, config: DiagnosticsConfig | None = None, **kwargs: Any) -> Engine:
+        from rlcockpit.diagnostics import registry
+
+        config = config or DiagnosticsConfig()
+        found = registry.available()
+        dets = [found[name](cfg) for name, cfg in config.detector_configs().items()]
+        return cls(dets, config, **kwargs)
+
+    # ------------------------------------------------------------------ per step
+
+    def observe(self, step: int, metrics: Mapping[str, Any],
+                samples: Sequence[SampleRecord] = (), wall_time: float = 0.0
+                ) -> list[FindingRecord]:
+        """Feed one step; return the findings it raised, escalated or resolved."""
+        view = StepView(step=int(step), metrics=_as_floats(metrics), samples=tuple(samples),
+                        wall_time=float(wall_time))
+        self._last_step_wall = view.wall_time or self._last_step_wall
+        out: list[FindingRecord] = []
+        for det in self.detectors:
+            if det.name in self.errors:
+                continue
+            try:
+                result = det.update(view)
+            except Exception as exc:  # fail soft: one broken detector must not stop the others
+                self._fail(det, exc)
+                continue
+            out.extend(self._absorb(det, view.step, view.wall_time, result))
+        return out
+
+    def tick(self, wall_time: float) -> list[FindingRecord]:
+        """Heartbeat checks between steps (a stalled trainer logs no step)."""
+        out: list[FindingRecord] = []
+        step = max((a.since for a in self._active.values()), default=0)
+        for det in self.detectors:
+            if det.name in self.errors:
+                continue
+            try:
+                result = det.tick(wall_time, self._last_step_wall)
+            except Exception as exc:
+                self._fail(det, exc)
+                continue
+            if result is not None:
+                out.extend(self._raise_or_escalate(det, step, wall_time, _as_list(result)))
+        return out
+
+    def active(self) -> dict[tuple[str, str], str]:
+        """(detector, key) → severity of every condition currently open."""
+        return {k: a.severity for k, a in self._active.items()}
+
+    def open_incident(self) -> str | None:
+        return self._incidents[-1].incident_id if self._incidents and \
+            self._incidents[-1].open_keys else None
+
+    # ------------------------------------------------------------------ hygiene
+
+    def _absorb(self, det: Detector, step: int, wall: float, result: Any) -> list[FindingRecord]:
+        if result is SKIPPED:
+            self.status[det.name] = "skipped"
+            return []
+        conditions = _as_list(result)
+        out = self._raise_or_escalate(det, step, wall, conditions)
+        present = {c.key for c in conditions}
+        for (name, key), active in list(self._active.items()):
+            if name != det.name or key in present:
+                continue
+            active.absent += 1
+            if active.absent >= self.config.resolve_after:
+                out.append(self._resolve(det, key, active, step, wall))
+        firing = [a.severity for (n, _), a in self._active.items() if n == det.name]
+        self.status[det.name] = f"firing:{max(firing, key=severity_rank)}" if firing else "ok"
+        return out
+
+    def _raise_or_escalate(self, det: Detector, step: int, wall: float,
+                           conditions: Iterable[Condition]) -> list[FindingRecord]:
+        out = []
+        for cond in conditions:
+            active = self._active.get((det.name, cond.key))
+            if active is None:
+                incident = self._join_incident(step, (det.name, cond.key))
+                self._active[(det.name, cond.key)] = _Active(cond.severity, step, incident, 0, cond)
+                out.append(self._finding(det, cond, step, wall, "raised", incident))
+                continue
+            active.absent = 0
+            active.last = cond
+            if severity_rank(cond.severity) > severity_rank(active.severity):
+                active.severity = cond.severity
+                self._touch_incident(active.incident, step)
+                out.append(self._finding(det, cond, step, wall, "escalated", active.incident))
+        return out
+
+    def _resolve(self, det: Detector, key: str, active: _Active, step: int,
+                 wall: float) -> FindingRecord:
+        del self._active[(det.name, key)]
+        for inc in self._incidents:
+            inc.open_keys.discard((det.name, key))
+        last = active.last
+        message = f"resolved: {last.message}" if last else "resolved"
+        evidence = {**(dict(last.evidence) if last else {}), "raised_step": active.since,
+                    "message_zh": f"已恢复：{last.message_zh}" if last and last.message_zh else ""}
+        return FindingRecord(step=step, detector=det.name, severity=active.severity,
+                             message=message, evidence=evidence, patterns=tuple(det.patterns),
+                             status="resolved", wall_time=wall, incident=active.incident)
+
+    def _join_incident(self, step: int, key: tuple[str, str]) -> str:
+        window = self.config.incident_window
+        for inc in reversed(self._incidents):
+            if step - inc.last_step <= window:
+                inc.last_step = max(inc.last_step, step)
+                inc.open_keys.add(key)
+                return inc.incident_id
+            break
+        inc = _Incident(f"{self._prefix}-{step}-{len(self._incidents) + 1}", step, step, {key})
+        self._incidents.append(inc)
+        return inc.incident_id
+
+    def _touch_incident(self, incident_id: str, step: int) -> None:
+        for inc in self._incidents:
+            if inc.incident_id == incident_id:
+                inc.last_step = max(inc.last_step, step)
+
+    def _finding(self, det: Detector, cond: Condition, step: int, wall: float, status: str,
+                 incident: str) -> FindingRecord:
+        evidence = dict(cond.evidence)
+        evidence.setdefault("signal", det.signal or det.name)
+        evidence.setdefault("onset_step", step)
+        if cond.key:
+            evidence.setdefault("key", cond.key)
+        if cond.message_zh:
+            evidence.setdefault("message_zh", cond.message_zh)
+        evidence.setdefault("family", det.family)
+        return FindingRecord(step=step, detector=det.name, severity=cond.severity,
+                             message=cond.message, evidence=_json_safe(evidence),
+                             patterns=tuple(det.patterns), status=status, wall_time=wall,
+                             incident=incident)
+
+    def _fail(self, det: Detector, exc: Exception) -> None:
+        self.errors[det.name] = f"{type(exc).__name__}: {exc}"
+        self.status[det.name] = "error"
+        log.warning("detector %s failed and is switched off for this run: %s", det.name, exc,
+                    exc_info=True)
+
+
+def _as_list(result: Any) -> list[Condition]:
+    if result is None:
+        return []
+    if isinstance(result, Condition):
+        return [result]
+    return [c for c in result if c is not None]
+
+
+def _as_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
+    out = {}
+    for k, v in metrics.items():
+        try:
+            out[str(k)] = float(v)
+        except (TypeError, ValueError):
+            continue  # strings and arrays are not catalog scalars
+    return out
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # "nan" / "inf": JSON has no NaN, and the evidence must still say it
+    if isinstance(v, Mapping):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    if hasattr(v, "item") and callable(v.item):  # numpy scalars
+        return _json_safe(v.item())
+    return v
