@@ -38,6 +38,7 @@ from rlcockpit.trainer.update import Updater
 
 log = logging.getLogger("rlcockpit.trainer")
 StepObserver = Callable[[int, dict[str, float]], Any]
+StepHook = Callable[["Trainer", int], Any]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Trainer:
         self.cfg = config
         self.live = LiveControl(LiveParams.from_config(config))
         self.observers: list[StepObserver] = list(observers)
+        self.step_hooks: list[StepHook] = []
         self.resume_from = Path(resume_from) if resume_from else None
         self.telemetry: Any = None
         self.c: Components | None = None
@@ -74,6 +76,11 @@ class Trainer:
                                 on_start=self._phase_started, on_end=self._phase_ended,
                                 on_overrun=self._phase_overrun)
 
+    def add_step_hook(self, fn: StepHook) -> None:
+        """Called as ``fn(trainer, step)`` before each step's ROLLOUT (fault injection, experiments).
+        A hook may change models or send live requests; what it raises stops the run (fail fast)."""
+        self.step_hooks.append(fn)
+
     def add_observer(self, fn: StepObserver) -> None:
         """Called in DIAGNOSE with (step, metrics); the diagnostics engine plugs in here."""
         self.observers.append(fn)
@@ -87,6 +94,8 @@ class Trainer:
                 self.evaluate(0)
                 self.hotfix(0)
             while self.step < self.cfg.train.steps and not self.stop_requested:
+                for hook in list(self.step_hooks):
+                    hook(self, self.step + 1)
                 state = self.rollout(self.step + 1)
                 self.score(state)
                 self.advantage(state)
