@@ -14,7 +14,9 @@ from rlcockpit import __version__
 from rlcockpit.errors import RlcockpitError
 
 # module name under rlcockpit.cli -> registers one or more sub-commands
-COMMAND_MODULES = ("train", "demo", "world", "runs", "transfer")
+# (a name whose module is absent is skipped: commands land one by one)
+COMMAND_MODULES = ("train", "demo", "world", "runs", "transfer", "doctor", "library", "snapshot",
+                   "faults", "serve", "users", "ticket", "commands", "audit")
 
 
 def build_parser() -> argparse.ArgumentParser:
