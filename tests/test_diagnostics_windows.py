@@ -1,0 +1,150 @@
+"""The window/trend helpers equal naive loops on random inputs (ties and spikes included)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pytest
+
+from rlcockpit.diagnostics import windows as W
+
+SEEDS = range(25)
+
+
+def _series(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 40))
+    x = rng.normal(size=n) + rng.normal() * np.arange(n) * 0.1
+    if seed % 3 == 0:  # ties: rounded values
+        x = np.round(x, 0)
+    return x
+
+
+def _naive_mk(x):
+    n = len(x)
+    s = sum(int(x[j] > x[i]) - int(x[j] < x[i]) for i in range(n) for j in range(i + 1, n))
+    groups = {}
+    for v in x:
+        groups[v] = groups.get(v, 0) + 1
+    ties = sum(t * (t - 1) * (2 * t + 5) for t in groups.values())
+    var = (n * (n - 1) * (2 * n + 5) - ties) / 18
+    if var <= 0:
+        return s, 0.0, 0.0
+    z = 0.0 if s == 0 else (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var)
+    return s, var, z
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mann_kendall_matches_naive(seed):
+    x = _series(seed)
+    s, var, z = _naive_mk(list(x))
+    got = W.mann_kendall(x)
+    assert got.s == s
+    assert got.var_s == pytest.approx(var)
+    assert got.z == pytest.approx(z)
+    assert got.p == pytest.approx(2 * (1 - statistics.NormalDist().cdf(abs(z))), abs=1e-9)
+    assert got.tau == pytest.approx(s / (len(x) * (len(x) - 1) / 2))
+
+
+def test_mann_kendall_sees_a_rise_and_not_noise():
+    rng = np.random.default_rng(0)
+    rising = np.arange(30) * 0.1 + rng.normal(scale=0.2, size=30)
+    noise = rng.normal(size=30)
+    assert W.mann_kendall(rising).p < 1e-4 and W.mann_kendall(rising).z > 0
+    assert W.mann_kendall(noise).p > 0.05
+    assert W.mann_kendall([1.0, 1.0, 1.0, 1.0]).p == 1.0
+
+
+def _naive_rank(x):
+    ranks = []
+    for v in x:
+        less = sum(1 for u in x if u < v)
+        equal = sum(1 for u in x if u == v)
+        ranks.append(less + (equal + 1) / 2)
+    return ranks
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_spearman_matches_naive(seed):
+    x = list(_series(seed))
+    r = _naive_rank(x)
+    t = list(range(1, len(x) + 1))
+    mr, mt = statistics.fmean(r), statistics.fmean(t)
+    num = sum((a - mr) * (b - mt) for a, b in zip(r, t, strict=True))
+    den = math.sqrt(sum((a - mr) ** 2 for a in r) * sum((b - mt) ** 2 for b in t))
+    expected = num / den if den else 0.0
+    assert W.spearman_trend(x) == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_slopes_match_naive(seed):
+    x = list(_series(seed))
+    n = len(x)
+    mt, mx = (n - 1) / 2, statistics.fmean(x)
+    ls = sum((i - mt) * (v - mx) for i, v in enumerate(x)) / sum((i - mt) ** 2 for i in range(n))
+    pairs = [(x[j] - x[i]) / (j - i) for i in range(n) for j in range(i + 1, n)]
+    assert W.slope(x) == pytest.approx(ls, abs=1e-12)
+    assert W.theil_sen(x) == pytest.approx(statistics.median(pairs), abs=1e-12)
+
+
+def test_theil_sen_ignores_a_spike_least_squares_does_not():
+    x = list(np.arange(20, dtype=float))
+    x[18] = 500.0
+    assert W.theil_sen(x) == pytest.approx(1.0)
+    assert W.slope(x) > 3.0
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_robust_z_and_mad_match_naive(seed):
+    x = list(_series(seed))
+    med = statistics.median(x)
+    mad = statistics.median([abs(v - med) for v in x])
+    value = float(np.random.default_rng(seed).normal() * 5)
+    assert W.mad(x) == pytest.approx(mad)
+    scale = max(1.4826 * mad, 1e-3)
+    assert W.robust_z(value, x, floor=1e-3) == pytest.approx((value - med) / scale)
+
+
+def test_robust_z_flat_reference_uses_the_floor_and_empty_is_nan():
+    assert W.robust_z(2.0, [1.0] * 10, floor=0.5) == pytest.approx(2.0)
+    assert math.isnan(W.robust_z(1.0, []))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_relative_changes_match_naive(seed):
+    x = list(_series(seed) + 10.0)
+    k = 1 + seed % 4
+    start, end = statistics.median(x[:k]), statistics.median(x[-k:])
+    assert W.relative_drop(x, k) == pytest.approx((start - end) / abs(start))
+    assert W.relative_growth(x, k) == pytest.approx((end - start) / abs(start))
+    assert W.relative_range(x) == pytest.approx((max(x) - min(x)) / abs(statistics.fmean(x)))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rolling_matches_naive(seed):
+    x = list(_series(seed))
+    w = 1 + seed % 5
+    expected = [x[i:i + w] for i in range(len(x) - w + 1)]
+    got = W.rolling(x, w)
+    assert got.shape == (len(expected), w)
+    assert np.allclose(got, np.array(expected).reshape(-1, w))
+    assert W.rolling([1.0], 3).shape == (0, 3)
+
+
+def test_trailing_run():
+    assert W.trailing_run([True, False, True, True]) == 2
+    assert W.trailing_run([False]) == 0
+    assert W.trailing_run([]) == 0
+
+
+def test_window_keeps_the_last_finite_values_with_steps():
+    win = W.Window(3)
+    for step, v in enumerate([1.0, math.nan, 2.0, None, 3.0, 4.0, math.inf]):
+        win.push(v, step)
+    assert list(win.values) == [2.0, 3.0, 4.0]
+    assert list(win.steps) == [2, 4, 5]
+    assert win.full
+    with pytest.raises(ValueError):
+        W.Window(0)
