@@ -1,0 +1,159 @@
+"""``rlcockpit doctor``: diagnose a stored or imported run offline with the live engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+EPILOG = """examples:
+  rlcockpit doctor --store sqlite:///rlcockpit.db                 (the newest run)
+  rlcockpit doctor --store runs.db --run RUN --html report.html --markdown report.md
+  rlcockpit doctor --store runs.db --run RUN --json > report.json
+  rlcockpit doctor --import trainer_state.json completions/ --store imported.db
+  rlcockpit doctor --store runs.db diagnostics.detectors.kl_tiers.red_ratio=3
+
+Exit code 2 when a red or black finding exists (use it to fail a CI job), 0 otherwise.
+Imported TRL / verl / TensorBoard runs get the same diagnosis: their metric keys are renamed to
+catalog names by the alias table on import (docs/import_export.md)."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "doctor", help="diagnose a stored or imported run (exit 2 on red/black findings)",
+        description="Replay a run's metrics and samples through the diagnostics engine and report "
+                    "incidents, findings, their first-moving signal and the failure-library entries.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", default="sqlite:///rlcockpit.db", help="store URI (a bare path works)")
+    p.add_argument("--run", help="run id (default: the newest run in the store)")
+    p.add_argument("--import", dest="import_paths", nargs="+", metavar="PATH",
+                   help="first import these foreign logs into --store (as `rlcockpit import`)")
+    p.add_argument("--config", help="YAML with a `diagnostics:` section (thresholds, disabled)")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument("--markdown", metavar="FILE", help="also write a Markdown report")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (no table)")
+    p.add_argument("--no-samples", action="store_true",
+                   help="metrics only (faster on runs with millions of samples)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="diagnostics overrides, e.g. diagnostics.disabled=[memory]")
+    p.set_defaults(func=cmd_doctor)
+
+
+def load_diagnostics_config(path: str | None, overrides: list[str]) -> Any:
+    from rlcockpit.config import apply_overrides, from_dict, read_yaml
+    from rlcockpit.diagnostics import DiagnosticsConfig
+    from rlcockpit.errors import ConfigError
+
+    data = read_yaml(path) if path else {}
+    data = apply_overrides(dict(data), overrides)
+    unknown = [k for k in data if k != "diagnostics"]
+    if unknown:
+        raise ConfigError(f"doctor reads only the `diagnostics:` section; got {unknown[0]!r} "
+                          "(write overrides as diagnostics.<key>=value)", details={"key": unknown[0]})
+    return from_dict(DiagnosticsConfig, data.get("diagnostics") or {}, prefix="diagnostics.")
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from rlcockpit.diagnostics import report as reports
+    from rlcockpit.store import open_store
+
+    config = load_diagnostics_config(args.config, args.overrides)
+    run_id = _import(args) if args.import_paths else None
+    reader = open_store(args.store, create=False).reader()
+    try:
+        run_id = run_id or args.run or _newest_run(reader, args.store)
+        result = _diagnose(reader, run_id, config, args)
+    finally:
+        reader.close()
+    if args.html:
+        Path(args.html).write_text(reports.to_html(result), encoding="utf-8")
+    if args.markdown:
+        Path(args.markdown).write_text(reports.to_markdown(result), encoding="utf-8")
+    if args.json:
+        print(json.dumps(reports.to_json(result), ensure_ascii=False, indent=2))
+    else:
+        print_report(result, args)
+    return result.exit_code
+
+
+def _diagnose(reader: Any, run_id: str, config: Any, args: argparse.Namespace) -> Any:
+    from rich.progress import Progress
+
+    from rlcockpit.diagnostics.offline import diagnose_run
+
+    if args.json:
+        return diagnose_run(reader, run_id, config, with_samples=not args.no_samples)
+    with Progress(transient=True) as bar:
+        task = bar.add_task(f"diagnosing {run_id}", total=None)
+        return diagnose_run(reader, run_id, config, with_samples=not args.no_samples,
+                            progress=lambda done, total: bar.update(task, completed=done,
+                                                                    total=total))
+
+
+def _newest_run(reader: Any, store: str) -> str:
+    from rlcockpit.errors import NotFoundError
+
+    runs = reader.list_runs()
+    if not runs:
+        raise NotFoundError(f"the store {store} has no runs; record one with `rlcockpit train` "
+                            "or import logs with --import PATH")
+    return max(runs, key=lambda r: r.started_at).run_id
+
+
+def _import(args: argparse.Namespace) -> str:
+    from rlcockpit.integrations.importers import new_run_id, read_paths, write_import
+    from rlcockpit.store import open_store
+
+    parsed = read_paths(args.import_paths)
+    store = open_store(args.store)
+    writer = store.writer()
+    try:
+        first = Path(args.import_paths[0]).resolve()
+        run = write_import(writer, parsed, project="imported", run_id=args.run or new_run_id(),
+                           name=first.stem if first.is_file() else first.name)
+    finally:
+        writer.close()
+        store.close()
+    return run.run_id
+
+
+def print_report(result: Any, args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rlcockpit.diagnostics.report import pattern_title
+
+    colours = {"yellow": "yellow", "orange": "dark_orange", "red": "red", "black": "white on black"}
+    console = Console()
+    r = result.run
+    console.print(f"[bold]rlcockpit doctor[/] {r.name} [dim]{r.run_id}[/] — {r.status}, "
+                  f"{result.steps} steps, {result.samples} samples")
+    if not result.incidents:
+        console.print("[green]No failure detected.[/] 未发现异常。")
+    for inc in result.incidents:
+        style = colours.get(inc.severity, "white")
+        state = "resolved" if inc.resolved else "open"
+        console.print(f"\n[{style}]■ {inc.severity.upper()}[/] steps {inc.first_step}–"
+                      f"{inc.last_step} ({state}): [bold]{inc.summary}[/]\n  {inc.summary_zh}")
+        table = Table(show_header=True, box=None, padding=(0, 1))
+        for col in ("step", "detector", "severity", "status", "message"):
+            table.add_column(col, overflow="fold")
+        for f in inc.findings:
+            table.add_row(str(f.step), f.detector, f"[{colours.get(f.severity, 'white')}]"
+                          f"{f.severity}[/]", f.status, f.message)
+        console.print(table)
+        for p in inc.patterns:
+            t = pattern_title(p)
+            console.print(f"  library: [cyan]{p}[/] {t['en']} / {t['zh']}  "
+                          f"[dim](rlcockpit library show {p})[/]")
+    skipped = sorted(n for n, s in result.statuses.items() if s == "skipped")
+    if skipped:
+        console.print(f"\n[dim]skipped (inputs not in this run): {', '.join(skipped)}[/]")
+    for name, error in result.errors.items():
+        console.print(f"[red]detector {name} failed and was switched off:[/] {error}")
+    for label, path in (("HTML", args.html), ("Markdown", args.markdown)):
+        if path:
+            console.print(f"{label} report: {path}")
+    verdict = "[red]exit 2: red or black findings[/]" if result.exit_code else "[green]exit 0[/]"
+    console.print(verdict)
