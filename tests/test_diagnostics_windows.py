@@ -148,3 +148,13 @@ def test_window_keeps_the_last_finite_values_with_steps():
     assert win.full
     with pytest.raises(ValueError):
         W.Window(0)
+
+
+def test_streak_counts_consecutive_steps_and_remembers_the_onset():
+    streak = W.Streak()
+    flags = [False, True, True, False, True, True, True]
+    counts = [streak.update(f, step) for step, f in enumerate(flags)]
+    assert counts == [0, 1, 2, 0, 1, 2, 3]
+    assert streak.onset == 4
+    streak.update(False, 7)
+    assert streak.onset is None and streak.count == 0

@@ -11,7 +11,8 @@ Each function is tested against a naive loop on random inputs (tests/test_diagno
 - :func:`spearman_trend` — Spearman's rank correlation of the values with time;
 - :func:`slope` / :func:`theil_sen` — least-squares and median-of-pairwise-slopes trend per step;
 - :func:`relative_drop` / :func:`relative_growth` / :func:`relative_range` — scale-free changes;
-- :func:`trailing_run` — how many of the last flags are True in a row.
+- :func:`trailing_run` — how many of the last flags are True in a row;
+- :class:`Streak` — consecutive steps a condition held and the step it started.
 """
 
 from __future__ import annotations
@@ -222,3 +223,22 @@ def trailing_run(flags: Sequence[bool]) -> int:
             break
         count += 1
     return count
+
+
+class Streak:
+    """Consecutive steps a condition held, and the step it started (the ``onset_step`` evidence)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.onset: int | None = None
+
+    def update(self, holds: bool, step: int) -> int:
+        """Record this step; return how many steps in a row the condition has held."""
+        if holds:
+            if self.count == 0:
+                self.onset = int(step)
+            self.count += 1
+        else:
+            self.count = 0
+            self.onset = None
+        return self.count
