@@ -65,6 +65,8 @@ class PolicyConfig(Config):
 
 @dataclass(frozen=True)
 class DiagnosticsConfig(Config):
+    """Detectors run in DIAGNOSE, their thresholds, alert hygiene and the severity policy."""
+
     enabled: bool = option(True, help="Run the detectors in the trainer's DIAGNOSE phase.")
     resolve_after: int = option(3, help="A condition absent this many steps in a row is resolved.",
                                 range=(1, 1000))

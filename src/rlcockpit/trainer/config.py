@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlcockpit.config import Config, check, option
+from rlcockpit.diagnostics.config import DiagnosticsConfig
 
 PHASES = ("INIT", "ROLLOUT", "SCORE", "ADVANTAGE", "UPDATE", "EVAL", "DIAGNOSE", "HOTFIX", "CHECKPOINT")
 
@@ -238,6 +239,8 @@ class TrainConfig(Config):
     checkpoint: CheckpointConfig = option(default_factory=CheckpointConfig, help="Checkpoints.")
     timeouts: TimeoutConfig = option(default_factory=TimeoutConfig, help="Phase time limits.")
     telemetry: TelemetryConfig = option(default_factory=TelemetryConfig, help="Recording.")
+    diagnostics: DiagnosticsConfig = option(default_factory=DiagnosticsConfig,
+                                            help="Detectors, severity policy and notifications.")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -302,7 +305,7 @@ def config_markdown() -> str:
     lines += _section("Top level", "Algorithm, seed and names.", [f.name for f in top], rows)
     for f in sections:
         cls = hints[f.name]
-        keys = [f"{f.name}.{sub.name}" for sub in dataclasses.fields(cls)]
+        keys = [key for key in rows if key.startswith(f"{f.name}.")]  # nested sections flattened
         lines += _section(f"`{f.name}`", (cls.__doc__ or "").strip().splitlines()[0], keys, rows)
     return "\n".join(lines).rstrip() + "\n"
 

@@ -24,9 +24,11 @@ import torch
 
 from rlcockpit.config import to_dict
 from rlcockpit.metrics.rl import kl_per_token, logprobs_from_logits
+from rlcockpit.records import SampleRecord
 from rlcockpit.trainer import step_metrics as sm
 from rlcockpit.trainer.checkpoint import checkpoint_dir, load_state, prune, save_checkpoint
 from rlcockpit.trainer.config import TrainConfig
+from rlcockpit.trainer.diagnosis import Diagnosis
 from rlcockpit.trainer.evaluation import Evaluator, decode_responses
 from rlcockpit.trainer.live import LiveControl, LiveParams, PendingChange
 from rlcockpit.trainer.phases import PhaseClock
@@ -62,6 +64,7 @@ class Trainer:
         self.step_hooks: list[StepHook] = []
         self.resume_from = Path(resume_from) if resume_from else None
         self.telemetry: Any = None
+        self.diagnosis: Diagnosis | None = None
         self.c: Components | None = None
         self.step = 0
         self.last_metrics: dict[str, float] = {}
@@ -132,6 +135,7 @@ class Trainer:
         if state is not None:
             self.load_state_dict(state)
         self.telemetry = self._open_run(state["run_id"] if state else None)
+        self.diagnosis = Diagnosis.for_trainer(self)
         duration = time.perf_counter() - t0
         self._phase_ended("INIT", self.step, duration, True)
         if state is None:
@@ -220,16 +224,19 @@ class Trainer:
         """Log the step (metrics, histograms, samples), run the step observers and the NaN guard."""
         with self.clock.phase("DIAGNOSE", state.step):
             metrics = self._step_metrics(state)
-            self._log_step(state, metrics)
+            samples = self._log_step(state, metrics)
             self._guard(state)
             seen = {**metrics, **self._eval_pending}
             self._eval_pending = {}
             for fn in list(self.observers):
                 self._call_observer(fn, state.step, seen)
+            self.diagnosis.observe(state.step, seen, samples)
         self.last_metrics = seen
 
     def hotfix(self, step: int) -> None:
-        """Apply queued live-parameter changes and commands; wait here while paused; checkpoint if due."""
+        """Run the diagnostics' actions; apply queued live-parameter changes and commands; wait here while
+        paused; checkpoint if due; a rollback asked for by a black finding comes last."""
+        self.diagnosis.act(self, step)
         with self.clock.phase("HOTFIX", step):
             for item in self.live.drain():
                 self._handle(item, step)
@@ -242,6 +249,7 @@ class Trainer:
             item.resolve(step, path=path)
         self.telemetry.log(step, {f"time/{p.lower()}_s": d for p, d in self.clock.take_durations().items()})
         self.telemetry.commit(step)
+        self.diagnosis.act(self, step, rollback=True)
 
     def checkpoint(self, step: int, reason: str) -> str:
         with self.clock.phase("CHECKPOINT", step):
@@ -263,6 +271,8 @@ class Trainer:
                 self.telemetry.log(self.step, {"time/checkpoint_s": self.clock.take_durations()["CHECKPOINT"]})
         finally:
             self.clock.close()
+            if self.diagnosis is not None:
+                self.diagnosis.close()
             if self.telemetry is not None:
                 self.telemetry.close(status=status)
         run_id = self.telemetry.run_id if self.telemetry is not None else ""
@@ -311,13 +321,18 @@ class Trainer:
         metrics.update(sm.system_metrics(self.clock.take_durations(), state.size, tokens, wall))
         return metrics
 
-    def _log_step(self, state: StepState, metrics: dict[str, float]) -> None:
+    def _log_step(self, state: StepState, metrics: dict[str, float]) -> list[SampleRecord]:
+        """Log metrics, histograms and samples; returns the samples (the diagnostics read the same ones)."""
         t = self.telemetry
         t.log(state.step, metrics)
         for name, values in histogram_values(state).items():
             t.log_histogram(state.step, name, values, bins=self.cfg.telemetry.histogram_bins)
+        samples = []
+        if self.cfg.telemetry.log_samples or self.cfg.diagnostics.enabled:
+            samples = build_samples(state, self.token_text)
         if self.cfg.telemetry.log_samples:
-            t.log_samples(state.step, build_samples(state, self.token_text))
+            t.log_samples(state.step, samples)
+        return samples
 
     def _guard(self, state: StepState) -> None:
         """Built-in check: report skipped (non-finite) optimizer steps and dropped non-finite rewards."""

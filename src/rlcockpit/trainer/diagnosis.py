@@ -1,0 +1,183 @@
+"""DIAGNOSE and the automatic part of HOTFIX: the diagnostics engine inside the trainer.
+
+Each step :meth:`Diagnosis.observe` feeds the engine the step's metrics and the same
+``SampleRecord`` s that were logged, writes the findings (with their incident ids) to the store and
+plans the severity policy's actions (:mod:`rlcockpit.diagnostics.policy`). At the next phase
+boundary the trainer calls :meth:`Diagnosis.act`: every action goes through one function,
+``execute(action, ctx)`` (:attr:`Diagnosis.executor`, so the control layer can wrap it with tickets),
+and is recorded as an ``action`` event (action, detector, severity, incident, result).
+
+Fail soft: an error in the engine, a detector or an action is logged as an event
+(``diagnostics_error`` / ``detector_error`` / an ``action`` event with ``ok: false``) and training
+goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rlcockpit.diagnostics import Engine
+from rlcockpit.diagnostics.config import DiagnosticsConfig
+from rlcockpit.diagnostics.policy import Action, Policy
+from rlcockpit.records import FindingRecord, SampleRecord
+
+log = logging.getLogger("rlcockpit.trainer.diagnosis")
+HISTORY_STEPS = 100  # metric window and gradient ring (DESIGN.md §6: "the last 100 steps")
+LAST_SAMPLES = 50
+
+
+@dataclass
+class ActionContext:
+    """What an action may touch: the trainer (pause, checkpoint, rollback), this Diagnosis, the step."""
+
+    trainer: Any
+    diagnosis: Diagnosis
+    step: int
+
+
+Executor = Callable[[Action, ActionContext], Mapping[str, Any]]
+
+
+class Diagnosis:
+    """Owned by the trainer: ``observe`` in DIAGNOSE, ``act`` at the phase boundary after it."""
+
+    def __init__(self, config: DiagnosticsConfig, telemetry: Any, *, run_config: Mapping[str, Any],
+                 gradstats: Any = None, notifier: Any = None) -> None:
+        self.config = config
+        self.telemetry = telemetry
+        self.run_config = dict(run_config)
+        self.gradstats = gradstats
+        self.notifier = notifier
+        self.policy = Policy(config.policy)
+        self.engine = Engine.from_config(config, incident_prefix=f"inc-{secrets.token_hex(2)}") \
+            if config.enabled else None
+        self.history: deque[tuple[int, dict[str, float]]] = deque(maxlen=HISTORY_STEPS)
+        self.last_samples: deque[SampleRecord] = deque(maxlen=LAST_SAMPLES)
+        self.step_samples: dict[int, list[SampleRecord]] = {}
+        self.incident_first_step: dict[str, int] = {}
+        self.findings: list[FindingRecord] = []
+        self.pending: list[Action] = []
+        self.executor: Executor = execute
+        self._reported_errors: set[str] = set()
+
+    @classmethod
+    def for_trainer(cls, trainer: Any) -> Diagnosis:
+        """Built in INIT, once the run is open (findings need its telemetry)."""
+        from rlcockpit.config import to_dict
+        from rlcockpit.diagnostics.notify import Notifier
+
+        cfg = trainer.cfg.diagnostics
+        notifier = Notifier(cfg.policy, run_id=trainer.telemetry.run_id) if cfg.enabled else None
+        return cls(cfg, trainer.telemetry, run_config=to_dict(trainer.cfg),
+                   gradstats=getattr(trainer.updater, "gradstats", None), notifier=notifier)
+
+    # ------------------------------------------------------------------ DIAGNOSE
+
+    def observe(self, step: int, metrics: Mapping[str, float], samples: Sequence[SampleRecord] = (),
+                wall_time: float | None = None) -> list[FindingRecord]:
+        """Run the detectors on this step, store the findings, plan the policy's actions."""
+        if self.engine is None:
+            return []
+        wall = time.time() if wall_time is None else wall_time
+        slim = [s.without_token_arrays() for s in samples]
+        self.history.append((step, dict(metrics)))
+        self.step_samples = {step: slim}  # the triggering batch of this step's findings
+        try:
+            found = self.engine.observe(step, metrics, samples, wall)
+        except Exception as exc:  # fail soft: diagnostics must never stop training
+            log.warning("diagnostics failed at step %d: %s", step, exc, exc_info=True)
+            self.telemetry.event(step, "diagnostics_error", {"error": f"{type(exc).__name__}: {exc}"})
+            found = []
+        self._report_detector_errors(step)
+        for f in found:
+            self._record(f)
+        self.last_samples.extend(slim)
+        self.pending.extend(self.policy.plan(found))
+        return found
+
+    def _record(self, f: FindingRecord) -> None:
+        self.findings.append(f)
+        if f.incident:
+            self.incident_first_step.setdefault(f.incident, f.step)
+        self.telemetry.finding(step=f.step, detector=f.detector, severity=f.severity, message=f.message,
+                               evidence=f.evidence, patterns=f.patterns, status=f.status,
+                               incident=f.incident)
+
+    def _report_detector_errors(self, step: int) -> None:
+        for name, error in self.engine.errors.items():  # type: ignore[union-attr]
+            if name not in self._reported_errors:
+                self._reported_errors.add(name)
+                self.telemetry.event(step, "detector_error", {"detector": name, "error": error,
+                                                              "status": "switched off for this run"})
+
+    # ------------------------------------------------------------------ HOTFIX
+
+    def act(self, trainer: Any, step: int, *, rollback: bool = False) -> list[dict[str, Any]]:
+        """Execute the planned actions (``rollback=True``: only the rollbacks, after the step's commit;
+        otherwise every other action). Each one is recorded as an ``action`` event."""
+        mine = [a for a in self.pending if (a.name == "rollback") == rollback]
+        if not mine:
+            return []
+        self.pending = [a for a in self.pending if a not in mine]
+        ctx = ActionContext(trainer, self, step)
+        return [self._run(action, ctx) for action in mine]
+
+    def _run(self, action: Action, ctx: ActionContext) -> dict[str, Any]:
+        try:
+            result = {"ok": True, **dict(self.executor(action, ctx) or {})}
+        except Exception as exc:  # fail soft: a failed action is recorded, the run goes on
+            log.warning("action %s for %s failed: %s", action.name, action.detector, exc, exc_info=True)
+            result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        payload = {"action": action.name, "detector": action.detector, "severity": action.severity,
+                   "incident": action.incident, "finding_step": action.step, "result": result}
+        self.telemetry.event(ctx.step, "action", payload)
+        return payload
+
+    def close(self) -> None:
+        if self.notifier is not None:
+            self.notifier.close()
+
+
+# --------------------------------------------------------------------------- the executor
+
+
+def execute(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
+    """Carry out one policy action; returns what happened (the ``result`` of the action event)."""
+    handler = _HANDLERS.get(action.name)
+    if handler is None:
+        raise ValueError(f"unknown action {action.name!r}")
+    return handler(action, ctx)
+
+
+def _alert(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
+    notifier = ctx.diagnosis.notifier
+    if notifier is None:
+        return {"notified": []}
+    return {"notified": list(notifier.notify(action.finding))}
+
+
+def _pause(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
+    ctx.trainer.live.pause(reason=f"{action.severity} finding of {action.detector}: {action.finding.message}",
+                           requested_by=f"diagnostics:{action.detector}")
+    return {"paused": True, "resume": "trainer.live.resume() (or the control layer)"}
+
+
+def _stop(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
+    ctx.trainer.live.stop(reason=f"{action.severity} finding of {action.detector}: {action.finding.message}",
+                          requested_by=f"diagnostics:{action.detector}")
+    return {"stopped": True}
+
+
+def _checkpoint(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
+    return {"checkpoint": ctx.trainer.checkpoint(ctx.step, "incident")}
+
+
+_HANDLERS: dict[str, Callable[[Action, ActionContext], Mapping[str, Any]]] = {
+    "alert": _alert, "pause": _pause, "stop": _stop, "checkpoint": _checkpoint,
+}
