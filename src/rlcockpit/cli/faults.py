@@ -1,0 +1,129 @@
+"""``rlcockpit faults``: list the built-in faults, or train the tiny world with one injected.
+
+    rlcockpit faults list
+    rlcockpit faults run lr_spike --seed 0 --store sqlite:///faults.db --onset 10 --steps 30
+
+A fault run is a real, short tiny-world training run (trainer defaults = examples/ppo_tiny.yaml, or
+--config) with the diagnostics on; the onset is recorded as an event of kind "fault". See
+docs/detection.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+EPILOG = """examples:
+  rlcockpit faults list
+  rlcockpit faults run lr_spike --seed 0 --store sqlite:///faults.db
+  rlcockpit faults run nan_reward --store faults.db --onset 15 --steps 40 rollout.batch_size=16
+  rlcockpit faults run entropy_collapse --config examples/grpo_tiny.yaml --store faults.db
+
+Then: rlcockpit doctor --store faults.db --run RUN_ID (the run id is printed at the end)."""
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "faults", help="inject a known failure into a tiny-world run (list / run)",
+        description="Fault injection: list the built-in faults, or run a short tiny-world training with one "
+                    "of them injected at a known step, diagnostics on. docs/detection.md describes each fault.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="faults_command", metavar="SUBCOMMAND")
+    lp = sub.add_parser("list", help="table of the faults: name, description, onset, expected detectors")
+    lp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    lp.set_defaults(func=cmd_list)
+    rp = sub.add_parser("run", help="train the tiny world with one fault injected",
+                        description="Train the tiny world (PPO defaults or --config) for --steps steps with the "
+                                    "fault injected at --onset; diagnostics on (alert only); recorded in --store.",
+                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    rp.add_argument("name", metavar="NAME", help="fault name (see `rlcockpit faults list`)")
+    rp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. rollout.batch_size=16")
+    rp.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    rp.add_argument("--store", default="sqlite:///rlcockpit.db", help="store URI (default sqlite:///rlcockpit.db)")
+    rp.add_argument("--onset", type=int, help="first faulted step (default: the fault's own, see `faults list`)")
+    rp.add_argument("--steps", type=int, help="training steps (default: onset + 20)")
+    rp.add_argument("--config", type=Path, help="YAML config instead of the trainer defaults")
+    rp.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    rp.set_defaults(func=cmd_run)
+    p.set_defaults(func=lambda args: _usage(p))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 1
+
+
+def fault_rows() -> list[dict[str, Any]]:
+    from rlcockpit import faults
+
+    return [{"name": f.name, "description": f.description, "onset": f.onset, "expected": list(f.expected),
+             "how": f.how} for f in faults.available().values()]
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = fault_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="built-in faults (rlcockpit faults run NAME)")
+    for column in ("name", "description", "onset", "expected detectors"):
+        table.add_column(column, no_wrap=column == "name", justify="right" if column == "onset" else "left")
+    for r in rows:
+        table.add_row(r["name"], r["description"], str(r["onset"]), ", ".join(r["expected"]))
+    Console().print(table)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rlcockpit import faults
+    from rlcockpit.faults.runner import DEFAULT_AFTER, fault_config, run_fault
+
+    fault = faults.get(args.name).with_onset(args.onset)
+    steps = args.steps if args.steps is not None else fault.onset + DEFAULT_AFTER
+    if steps < fault.onset:
+        from rlcockpit.errors import ConfigError
+
+        raise ConfigError(f"--steps {steps} ends before --onset {fault.onset}; use --steps >= {fault.onset}",
+                          details={"steps": steps, "onset": fault.onset})
+    cfg = fault_config(seed=args.seed, store=args.store, steps=steps, name=f"fault-{fault.name}-s{args.seed}",
+                       config=args.config, overrides=args.overrides)
+    result = run_fault(fault, cfg)
+    summary = {**result.__dict__, "findings": _findings(result)}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_summary(summary)
+    return 0 if result.status in ("finished", "stopped") else 1
+
+
+def _findings(result: Any) -> list[dict[str, Any]]:
+    from rlcockpit.store import open_store
+
+    reader = open_store(result.store, create=False).reader()
+    try:
+        return [{"step": f.step, "detector": f.detector, "severity": f.severity, "status": f.status,
+                 "message": f.message} for f in reader.read_findings(result.run_id) if f.status != "resolved"]
+    finally:
+        reader.close()
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"[bold]{s['status']}[/] fault run [cyan]{s['run_id']}[/]: {s['fault']} injected at step "
+                  f"{s['onset']}, {s['steps']} steps")
+    for f in s["findings"]:
+        delay = f["step"] - s["onset"]
+        when = f"{delay:+d} steps after onset" if delay >= 0 else f"{-delay} steps BEFORE the onset"
+        console.print(f"  step {f['step']:>4} ({when}): {f['severity']:<6} {f['detector']}: {f['message']}",
+                      soft_wrap=True)
+    if not s["findings"]:
+        console.print("  no findings")
+    console.print(f"store: {s['store']}   (diagnose again: rlcockpit doctor --store {s['store']} --run "
+                  f"{s['run_id']})", soft_wrap=True)
