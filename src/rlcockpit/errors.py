@@ -59,3 +59,10 @@ class PhaseTimeoutError(RlcockpitError):
 
     code = "phase_timeout"
     http_status = 500
+
+
+class QueryTimeoutError(RlcockpitError):
+    """A read query ran past its time limit and was interrupted (the server answers 504)."""
+
+    code = "query_timeout"
+    http_status = 504

@@ -8,15 +8,19 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from rlcockpit.records import (
+    AuditEntry,
     Batch,
     CheckpointRecord,
     EventRecord,
     FindingRecord,
     HistogramRecord,
+    LiveParamsRecord,
     PhaseRecord,
     RunInfo,
     SampleRecord,
     SnapshotRecord,
+    TicketRecord,
+    UserRecord,
 )
 
 
@@ -181,5 +185,76 @@ class StoreReader(Protocol):
     def read_checkpoints(self, run_id: str) -> list[CheckpointRecord]: ...
 
     def summary(self, run_id: str) -> RunSummary: ...
+
+    # the live tail (the server's SSE stream): what was written after a cursor
+
+    def steps_after(self, run_id: str, after_step: int | None, *, limit: int = 1000
+                    ) -> list[tuple[int, float]]:
+        """(step, wall_time) of complete steps above ``after_step`` (None: from the first),
+        ascending, at most ``limit``."""
+
+    def step_metrics(self, run_id: str, step_min: int, step_max: int
+                     ) -> dict[int, dict[str, float]]:
+        """Every scalar metric of each step in the range: ``{step: {name: value}}``."""
+
+    def rows_after(self, run_id: str, kind: str, after_id: int | None, *, limit: int = 1000
+                   ) -> list[tuple[int, FindingRecord | PhaseRecord | EventRecord]]:
+        """(row id, record) of ``kind`` ("findings", "phases", "events") written after row
+        ``after_id``, in write order."""
+
+    def max_row_ids(self, run_id: str) -> dict[str, int]:
+        """The highest row id per live-tail kind (0 when there is none)."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class ControlStore(Protocol):
+    """The control plane's tables (DESIGN.md §7): users, published live parameters, tickets and
+    the hash-chained audit log. Safe to use from several processes (the server and the trainers);
+    every state change and its audit entry are written in one transaction."""
+
+    def add_user(self, user: UserRecord, audit: AuditEntry) -> UserRecord:
+        """Raises StoreError when the name is taken."""
+
+    def find_user(self, *, key_id: str | None = None, name: str | None = None) -> UserRecord | None: ...
+
+    def list_users(self) -> list[UserRecord]: ...
+
+    def revoke_user(self, name: str, at: float, audit: AuditEntry) -> UserRecord:
+        """Raises NotFoundError for an unknown name."""
+
+    def count_active_users(self) -> int: ...
+
+    def publish_live_params(self, record: LiveParamsRecord) -> LiveParamsRecord:
+        """Append a version of the run's live parameters (raises NotFoundError for an unknown run)."""
+
+    def read_live_params(self, run_id: str, *, limit: int | None = None) -> list[LiveParamsRecord]:
+        """Ascending versions; ``limit`` keeps the most recent ``limit``."""
+
+    def create_ticket(self, ticket: TicketRecord, audit: AuditEntry) -> TicketRecord:
+        """Insert; the returned record has its ``ticket_id`` (the audit entry gets it too)."""
+
+    def get_ticket(self, ticket_id: int) -> TicketRecord:
+        """Raises NotFoundError for an unknown ticket."""
+
+    def list_tickets(self, *, run_id: str | None = None, statuses: Sequence[str] | None = None,
+                     limit: int | None = None) -> list[TicketRecord]:
+        """Ascending ticket ids; ``limit`` keeps the most recent ``limit``."""
+
+    def transition(self, ticket_id: int, from_statuses: Sequence[str], changes: Mapping[str, object],
+                   audit: AuditEntry | None) -> TicketRecord | None:
+        """Compare-and-set: apply ``changes`` only if the ticket's status is in ``from_statuses``
+        (with the audit entry, in one transaction); None when it was not."""
+
+    def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        """Append one entry, chained to the last one (seq, at, prev_hash, hash filled in)."""
+
+    def read_audit(self, *, run_id: str | None = None, after_seq: int | None = None,
+                   limit: int | None = None) -> list[AuditEntry]:
+        """Ascending seq; ``limit`` keeps the first ``limit`` after ``after_seq``."""
+
+    def audit_high_water(self) -> int:
+        """The highest audit seq ever written (also when rows were removed since)."""
 
     def close(self) -> None: ...

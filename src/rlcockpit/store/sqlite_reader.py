@@ -4,13 +4,14 @@ transaction and never block the writer)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from rlcockpit.errors import NotFoundError, StoreError
+from rlcockpit.errors import NotFoundError, QueryTimeoutError, StoreError
 from rlcockpit.records import (
     CheckpointRecord,
     EventRecord,
@@ -32,6 +33,14 @@ _RUN_COLUMNS = ("run_id, project, name, status, started_at, ended_at, config, la
 _BIG = 2**62
 DROPPED_METRIC = "telemetry/dropped_total"
 MIN_POINTS = 8  # a downsampled curve has buckets of up to 3 points (min, max, first NaN)
+# SQLite calls the deadline check every this many virtual-machine instructions (~0.1 ms of work)
+PROGRESS_EVERY = 4096
+# the live tail: table, id column and record columns of the rows read by rows_after()
+_TAIL_TABLES = {
+    "findings": ("finding_id", rows.FINDING_COLUMNS),
+    "phases": ("phase_id", "step, phase, status, duration_s, progress, wall_time"),
+    "events": ("event_id", "step, kind, payload, wall_time"),
+}
 
 
 class SqliteReader:
@@ -237,6 +246,88 @@ class SqliteReader:
                            where, args, None)
         return [rows.checkpoint_from_row(r) for r in found]
 
+    # ------------------------------------------------------------------ live tail (additive)
+
+    def steps_after(self, run_id: str, after_step: int | None, *, limit: int = 1000
+                    ) -> list[tuple[int, float]]:
+        """(step, wall_time) of the run's complete steps above ``after_step``, ascending, at
+        most ``limit``. A step row is written in the same transaction as the step's records, so
+        a listed step is complete."""
+        key = self._run_key(run_id)
+        lo = -_BIG if after_step is None else int(after_step) + 1
+        return self._q("SELECT step, wall_time FROM steps WHERE run_key = ? AND step >= ? "
+                       "ORDER BY step LIMIT ?", (key, lo, int(limit)))
+
+    def step_metrics(self, run_id: str, step_min: int, step_max: int
+                     ) -> dict[int, dict[str, float]]:
+        """Every scalar metric of each step in [step_min, step_max]: {step: {name: value}}."""
+        key = self._run_key(run_id)
+        found = self._q(
+            "SELECT m.step, n.name, m.value FROM run_names r JOIN names n ON n.name_id = r.name_id "
+            "JOIN metrics m ON m.run_key = r.run_key AND m.name_id = r.name_id "
+            "AND m.step BETWEEN ? AND ? WHERE r.run_key = ? AND r.kind = 'metric'",
+            (int(step_min), int(step_max), key))
+        out: dict[int, dict[str, float]] = {}
+        for step, name, value in found:
+            out.setdefault(step, {})[name] = float("nan") if value is None else value
+        return {s: dict(sorted(out[s].items())) for s in sorted(out)}
+
+    def rows_after(self, run_id: str, kind: str, after_id: int | None, *, limit: int = 1000
+                   ) -> list[tuple[int, FindingRecord | PhaseRecord | EventRecord]]:
+        """(row id, record) of the findings, phases or events (``kind``) written after row
+        ``after_id``, in write order, at most ``limit``. Row ids grow with every write (one
+        writer at a time), so a cursor of the last id seen resumes without gaps."""
+        if kind not in _TAIL_TABLES:
+            raise StoreError(f"rows_after kind {kind!r} is not one of {', '.join(_TAIL_TABLES)}",
+                             details={"kind": kind})
+        id_col, cols = _TAIL_TABLES[kind]
+        key = self._run_key(run_id)
+        found = self._q(f"SELECT {id_col}, {cols} FROM {kind} WHERE run_key = ? AND {id_col} > ? "
+                        f"ORDER BY {id_col} LIMIT ?", (key, int(after_id or 0), int(limit)))
+        decode = {"findings": rows.finding_from_row, "phases": rows.phase_from_row,
+                  "events": rows.event_from_row}[kind]
+        return [(r[0], decode(r[1:])) for r in found]
+
+    def max_row_ids(self, run_id: str) -> dict[str, int]:
+        """The highest row id per live-tail kind (0 when none): where a fresh tail starts."""
+        key = self._run_key(run_id)
+        return {kind: int(self._q(f"SELECT COALESCE(MAX({id_col}), 0) FROM {kind} "
+                                  "WHERE run_key = ?", (key,))[0][0])
+                for kind, (id_col, _) in _TAIL_TABLES.items()}
+
+    # ------------------------------------------------------------------ query time limit
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float | None, *, limit_s: float | None = None
+                 ) -> Iterator[None]:
+        """Interrupt this thread's queries that run past ``seconds`` from now: they raise
+        :class:`QueryTimeoutError` (the server's 504). ``None`` means no limit; ``limit_s`` is
+        the limit named in the error (default ``seconds``). Uses SQLite's progress handler on
+        the calling thread's connection, so other threads are unaffected."""
+        if seconds is None:
+            yield
+            return
+        shown = seconds if limit_s is None else limit_s
+        if seconds <= 0:
+            raise _timeout(shown)
+        conn = self._conn()
+        previous = getattr(self._local, "deadline", None)
+        self._local.deadline = time.monotonic() + seconds
+        self._local.limit_s = shown
+        conn.set_progress_handler(self._past_deadline, PROGRESS_EVERY)
+        try:
+            yield
+        finally:
+            self._local.deadline = previous
+            if previous is None:
+                conn.set_progress_handler(None, PROGRESS_EVERY)
+            if conn.in_transaction:  # an interrupted read may leave its snapshot open
+                conn.execute("ROLLBACK")
+
+    def _past_deadline(self) -> int:
+        at = getattr(self._local, "deadline", None)
+        return 1 if at is not None and time.monotonic() > at else 0
+
     def close(self) -> None:
         with self._lock:
             for conn in self._all:
@@ -303,11 +394,12 @@ class SqliteReader:
     def _q(self, sql: str, args: tuple = ()) -> list[tuple]:
         return self._guard(lambda: self._conn().execute(sql, args).fetchall())
 
-    @staticmethod
-    def _guard(fn):
+    def _guard(self, fn):
         try:
             return fn()
         except sqlite3.Error as exc:
+            if isinstance(exc, sqlite3.OperationalError) and self._past_deadline():
+                raise _timeout(self._local.limit_s) from exc
             raise StoreError(f"sqlite store query failed: {exc}",
                              details={"sqlite_error": type(exc).__name__}) from exc
 
@@ -323,6 +415,13 @@ def _evenly_spaced(items: list, n: int) -> list:
         return items
     last = len(items) - 1
     return [items[round(i * last / (n - 1))] for i in range(n)]
+
+
+def _timeout(seconds: float) -> QueryTimeoutError:
+    return QueryTimeoutError(f"the query ran past its time limit of {seconds:g} s and was stopped; "
+                             "ask for a narrower step range, fewer points or a more selective "
+                             "filter (or raise the server's query_timeout_s)",
+                             details={"limit_s": seconds})
 
 
 def _run_not_found(run_id: str) -> NotFoundError:

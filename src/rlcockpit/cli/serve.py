@@ -1,0 +1,60 @@
+"""``rlcockpit serve``: the cockpit web server (JSON API, live stream, web UI) over one store."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rlcockpit.errors import ConfigError
+
+DEFAULT_STORE = "sqlite:///rlcockpit.db"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve", help="serve the cockpit (web UI, JSON API, live stream) for a store",
+        description="Serve the cockpit for the runs in a store: the web UI at /, the JSON API "
+                    "under /api (docs/server.md), live server-sent events per run. Binds to "
+                    "127.0.0.1 unless told otherwise.")
+    p.add_argument("--store", default=DEFAULT_STORE, help=f"store URI (default {DEFAULT_STORE})")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    p.add_argument("--query-timeout", type=float, default=2.0,
+                   help="seconds one request's store reads may take before 504 (default 2)")
+    p.set_defaults(func=_command)
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from rlcockpit.server.settings import ServerSettings
+
+    return ServerSettings(host=args.host, port=args.port, store=args.store,
+                          query_timeout_s=args.query_timeout)
+
+
+def _command(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from rlcockpit.server.app import create_app
+
+    settings = settings_from_args(args)
+    access = access_for(settings)
+    app = create_app(settings, access=access)
+    print(f"rlcockpit cockpit for {settings.store}: http://{_url_host(settings.host)}:"
+          f"{settings.port}/  (Ctrl-C stops)", flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    return 0
+
+
+def access_for(settings: Any) -> Any:
+    """Who may read. Without users (the control plane, issue 6) only a loopback bind is safe:
+    the cockpit shows prompts, responses and configs to anyone who can reach the port."""
+    if not settings.is_loopback:
+        raise ConfigError(
+            f"--host {settings.host} would expose the cockpit without users or tokens; serve on "
+            "127.0.0.1 and reach it through an SSH tunnel (ssh -L 8765:127.0.0.1:8765 host)",
+            details={"key": "host", "value": settings.host})
+    return None
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

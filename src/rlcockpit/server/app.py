@@ -1,0 +1,75 @@
+"""``create_app``: the FastAPI application (DESIGN.md §8, the contract in docs/server.md).
+
+Routes are plain ``def`` (SQLite blocks; FastAPI runs them on its thread pool), grouped by topic
+in ``routes/``. The control plane (issue 6) plugs in through ``access`` (checked by every read
+route, see deps.py) and ``control`` (its routers are included when given).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from rlcockpit import __version__
+from rlcockpit.server import handlers
+from rlcockpit.server.routes import diagnostics, library, live, runs, samples
+from rlcockpit.server.settings import ServerSettings
+
+BUNDLED_STATIC = Path(__file__).parent / "static"
+READ_ROUTERS = (runs.router, samples.router, diagnostics.router, library.router, live.router)
+
+
+def create_app(settings: ServerSettings, store: Any = None, *, access: Any = None,
+               control: Any = None) -> FastAPI:
+    """Build the app. ``store`` is an opened store (``open_store``); when None it is opened from
+    ``settings.store`` (fails fast if the file is missing). ``access`` checks roles on every read
+    route (None: no users, everyone reads); ``control`` is the control plane, whose routers the
+    control helper includes here."""
+    if store is None:
+        from rlcockpit.store import open_store
+
+        store = open_store(settings.store, create=False)
+    reader = store.reader()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        reader.close()
+
+    app = FastAPI(title="rlcockpit", version=__version__, lifespan=lifespan,
+                  summary="Live telemetry, diagnostics and audited control of RL post-training "
+                          "runs (PPO, GRPO).")
+    app.state.settings = settings
+    app.state.store = store
+    app.state.reader = reader
+    app.state.access = access
+    app.state.control = control
+    handlers.install(app)
+    for router in READ_ROUTERS:
+        app.include_router(router)
+    mount_ui(app, Path(settings.static_dir) if settings.static_dir else BUNDLED_STATIC)
+    return app
+
+
+def mount_ui(app: FastAPI, static_dir: Path) -> None:
+    """``/`` serves index.html, ``/static/...`` the assets (when the UI is present)."""
+    index = static_dir / "index.html"
+
+    @app.get("/", include_in_schema=False)
+    def ui_index() -> Any:
+        if not index.is_file():
+            from rlcockpit.server.responses import json_response
+
+            return json_response({"status": "ok", "message": "the web UI is not installed "
+                                  f"({index} is missing); the API is under /api, see "
+                                  "/openapi.json"})
+        return FileResponse(index, headers={"Cache-Control": "no-cache"})
+
+    if static_dir.is_dir():
+        app.mount("/static", StaticFiles(directory=static_dir), name="static")

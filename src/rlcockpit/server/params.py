@@ -1,0 +1,49 @@
+"""Query-parameter helpers shared by the routes: comma lists, name wildcards, range checks."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from rlcockpit.server.handlers import ParameterError
+
+
+def csv(value: str | None) -> list[str]:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``; ``None`` -> ``[]``."""
+    if value is None:
+        return []
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def expand_names(patterns: list[str], available: list[str], *, limit: int) -> list[str]:
+    """Requested names in order, each ``*`` pattern (e.g. ``reward/category/*``) replaced by the
+    run's matching names (sorted). A plain name is kept even when the run lacks it (its series
+    is then empty), so the client gets an answer for every name it asked for."""
+    out: dict[str, None] = {}
+    for pattern in patterns:
+        if "*" in pattern:
+            out.update(dict.fromkeys(n for n in available if fnmatchcase(n, pattern)))
+        else:
+            out[pattern] = None
+    names = list(out)
+    if len(names) > limit:
+        raise ParameterError("names", ",".join(patterns)[:200],
+                             f"expands to {len(names)} metric names; at most {limit} per request")
+    return names
+
+
+def require_names(value: str | None) -> list[str]:
+    names = csv(value)
+    if not names:
+        raise ParameterError("names", value, "give one or more metric names separated by commas, "
+                                             "e.g. names=reward/mean,kl/mean")
+    return names
+
+
+def check_range(lo_name: str, lo: float | None, hi_name: str, hi: float | None) -> None:
+    if lo is not None and hi is not None and lo > hi:
+        raise ParameterError(lo_name, lo, f"must not exceed {hi_name}={hi!r}")
+
+
+def check_cap(name: str, value: int | None, cap: int) -> None:
+    if value is not None and value > cap:
+        raise ParameterError(name, value, f"must be at most {cap} (the server's limit)")

@@ -1,0 +1,51 @@
+"""JSON responses with non-finite floats as ``null`` (api.md) and the canonical error body.
+
+Routes build plain, already JSON-safe payloads (records via ``records.to_dict``, number lists via
+:func:`finite`) and return :func:`json_response`, which skips FastAPI's per-item encoder: a
+dashboard call carries tens of thousands of numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+
+class SafeJSONResponse(JSONResponse):
+    """``json.dumps`` without NaN/Infinity literals; anything non-finite left becomes null."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except ValueError:  # a non-finite float slipped through: clean the whole payload
+            text = json.dumps(json_safe(content), ensure_ascii=False, allow_nan=False,
+                              separators=(",", ":"))
+        return text.encode("utf-8")
+
+
+def json_response(content: Any, status_code: int = 200) -> SafeJSONResponse:
+    return SafeJSONResponse(content, status_code=status_code)
+
+
+def finite(values: Iterable[float | None]) -> list[float | None]:
+    """A number list with NaN and ±inf as None (fast path for series)."""
+    isfinite = math.isfinite
+    return [v if v is not None and isfinite(v) else None for v in values]
+
+
+def json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def error_body(code: str, message: str, details: dict | None = None) -> dict:
+    return {"error": {"code": code, "message": message, "details": json_safe(details or {})}}

@@ -1,0 +1,1 @@
+"""The read API's routers, one module per topic (api.md)."""

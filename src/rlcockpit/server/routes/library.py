@@ -1,0 +1,63 @@
+"""The failure library: natural-language search (中文 or English) and one full entry.
+
+``rlcockpit.diagnostics.library`` is imported on first use, so the server starts without it; a
+server whose installation lacks the library answers 503 ``library_unavailable``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from rlcockpit.errors import NotFoundError, RlcockpitError
+from rlcockpit.server.deps import require_viewer
+from rlcockpit.server.responses import SafeJSONResponse, json_response, json_safe
+
+router = APIRouter(prefix="/api/library", tags=["library"],
+                   dependencies=[Depends(require_viewer)], default_response_class=SafeJSONResponse)
+
+
+class LibraryUnavailable(RlcockpitError):
+    code = "library_unavailable"
+    http_status = 503
+
+
+@router.get("/search", summary="Search the failure library in Chinese or English")
+def search(q: Annotated[str, Query(min_length=1, description="symptom, e.g. 'KL keeps growing' "
+                                                            "or 'KL 持续上升'")],
+           k: Annotated[int, Query(ge=1, le=50, description="hits at most")] = 5
+           ) -> SafeJSONResponse:
+    hits = _library().search(q, k)
+    return json_response({"items": [{**pattern_dict(h.pattern), "score": float(h.score)}
+                                    for h in hits]})
+
+
+@router.get("/{pattern_id}", summary="One failure pattern (both languages)")
+def entry(pattern_id: str) -> SafeJSONResponse:
+    found = _library().get(pattern_id)
+    if found is None:
+        raise NotFoundError(f"the failure library has no pattern {pattern_id!r}; search it with "
+                            "/api/library/search?q=...", details={"pattern_id": pattern_id})
+    return json_response(pattern_dict(found))
+
+
+def pattern_dict(pattern: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(pattern) and not isinstance(pattern, type):
+        return json_safe(dataclasses.asdict(pattern))
+    if hasattr(pattern, "to_dict"):
+        return json_safe(pattern.to_dict())
+    return json_safe(dict(vars(pattern)))
+
+
+@functools.cache
+def _library() -> Any:
+    try:
+        from rlcockpit.diagnostics.library import load_library
+    except ImportError as exc:
+        raise LibraryUnavailable("the failure library is not part of this installation "
+                                 f"({exc}); search is unavailable",
+                                 details={"module": "rlcockpit.diagnostics.library"}) from exc
+    return load_library()

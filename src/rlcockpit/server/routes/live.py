@@ -1,0 +1,78 @@
+"""``GET /api/runs/{run}/stream``: the live tail of a run as server-sent events.
+
+Each stream has its own store reader on its own single thread (SQLite connections are per
+thread), polls every ``sse_poll_s`` and sends a keep-alive comment after ``keepalive_s`` of
+silence. When the client goes away the generator is cancelled; its ``finally`` closes the reader
+on that thread and lets the thread end, so streams leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from rlcockpit.errors import RlcockpitError
+from rlcockpit.server.cursor import Cursor, decode
+from rlcockpit.server.deps import require_viewer
+from rlcockpit.server.settings import ServerSettings
+from rlcockpit.server.stream import Tail, keepalive, message
+
+router = APIRouter(prefix="/api/runs/{run}", tags=["live"], dependencies=[Depends(require_viewer)])
+THREAD_PREFIX = "rlcockpit-sse"
+RETRY_MS = 2000
+
+
+@router.get("/stream", summary="Live server-sent events: step, finding, phase, event, run",
+            response_class=StreamingResponse)
+async def stream(request: Request, run: str,
+                 cursor: Annotated[str | None, Query(description="resume after this message id")
+                                   ] = None,
+                 after_step: Annotated[int | None, Query(description="start after this step "
+                                                                     "(default: the last)")
+                                       ] = None,
+                 last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
+    state = request.app.state
+    resume = cursor or last_event_id
+    parsed = decode(resume) if resume else None
+    await run_in_threadpool(state.reader.get_run, run)  # 404 before the stream starts
+    body = _events(request, state.store, state.settings, run, parsed, after_step)
+    return StreamingResponse(body, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _events(request: Request, store: Any, settings: ServerSettings, run: str,
+                  cursor: Cursor | None, after_step: int | None) -> AsyncIterator[str]:
+    loop = asyncio.get_running_loop()
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=THREAD_PREFIX)
+    reader = store.reader()
+    try:
+        tail = await loop.run_in_executor(
+            thread, lambda: Tail.start(reader, run, cursor=cursor, after_step=after_step))
+        yield f"retry: {RETRY_MS}\n\n"
+        quiet_since = time.monotonic()
+        while not await request.is_disconnected():
+            try:
+                poll = await loop.run_in_executor(thread, tail.poll)
+            except RlcockpitError as exc:  # fail soft: say so, keep the cursor, try again
+                yield message("error", None, exc.to_dict())
+                await asyncio.sleep(settings.sse_poll_s)
+                continue
+            for text in poll.messages:
+                yield text
+            if poll.messages:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= settings.keepalive_s:
+                yield keepalive()
+                quiet_since = time.monotonic()
+            if not poll.more:
+                await asyncio.sleep(settings.sse_poll_s)
+    finally:
+        thread.submit(reader.close)  # after any poll still running, on the reader's thread
+        thread.shutdown(wait=False)

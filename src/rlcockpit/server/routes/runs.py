@@ -1,0 +1,134 @@
+"""Runs, their metric series, latest values, histograms, categories and run comparison."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from rlcockpit import __version__
+from rlcockpit.records import to_dict
+from rlcockpit.server.deps import Reader, Settings, require_viewer
+from rlcockpit.server.handlers import ParameterError
+from rlcockpit.server.params import (
+    check_cap,
+    check_range,
+    csv,
+    expand_names,
+    require_names,
+)
+from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.serialize import run_item, series_dict
+
+router = APIRouter(prefix="/api", tags=["runs"], dependencies=[Depends(require_viewer)],
+                   default_response_class=SafeJSONResponse)
+
+StepMin = Annotated[int | None, Query(description="first step (inclusive)")]
+StepMax = Annotated[int | None, Query(description="last step (inclusive)")]
+CATEGORY_PREFIX, CATEGORY_SUFFIX = "reward/category/", "/mean"
+
+
+@router.get("/health", summary="Server status, version and the store it reads")
+def health(settings: Settings) -> SafeJSONResponse:
+    return json_response({"status": "ok", "version": __version__, "store": settings.store})
+
+
+@router.get("/runs", summary="Every run in the store, newest first")
+def list_runs(reader: Reader) -> SafeJSONResponse:
+    return json_response({"items": [run_item(r) for r in reader.list_runs()]})
+
+
+@router.get("/runs/{run}", summary="One run: info and config, step range, metric and histogram "
+                                   "names, sample count, findings by severity, dropped records")
+def run_summary(run: str, reader: Reader) -> SafeJSONResponse:
+    s = reader.summary(run)
+    return json_response({
+        "run": to_dict(s.run), "steps": s.steps, "first_step": s.first_step,
+        "last_step": s.last_step, "metric_names": list(s.metric_names),
+        "histogram_names": reader.histogram_names(run), "samples": s.samples,
+        "findings_by_severity": s.findings_by_severity, "dropped_total": s.dropped_total})
+
+
+@router.get("/runs/{run}/series", summary="Metric curves, downsampled on the server (every "
+                                          "bucket keeps its min and max, so spikes survive)")
+def series(run: str, reader: Reader, settings: Settings,
+           names: Annotated[str | None, Query(description="comma-separated metric names; a "
+                                                         "`*` matches any text, e.g. "
+                                                         "reward/category/*")] = None,
+           step_min: StepMin = None, step_max: StepMax = None,
+           max_points: Annotated[int | None, Query(ge=8, description="points per curve at most "
+                                                   "(None: every point)")] = 1000,
+           ) -> SafeJSONResponse:
+    check_range("step_min", step_min, "step_max", step_max)
+    check_cap("max_points", max_points, settings.max_points)
+    wanted = expand_names(require_names(names), _metric_names(reader, run, names),
+                          limit=settings.max_names)
+    found = reader.read_series(run, wanted, step_min=step_min, step_max=step_max,
+                               max_points=max_points)
+    return json_response({"series": {n: series_dict(s) for n, s in found.items()}})
+
+
+@router.get("/runs/{run}/latest", summary="The most recent value of each metric")
+def latest(run: str, reader: Reader, settings: Settings,
+           names: Annotated[str | None, Query(description="comma-separated names (wildcards "
+                                                         "allowed); all metrics when omitted")
+                            ] = None) -> SafeJSONResponse:
+    available = reader.metric_names(run)
+    wanted = (available if names is None
+              else expand_names(csv(names), available, limit=settings.max_names))
+    values = reader.latest(run, wanted)
+    info = reader.get_run(run)
+    return json_response({"step": info.last_step, "values": {
+        n: {"step": s, "value": v} for n, (s, v) in values.items()}})
+
+
+@router.get("/runs/{run}/histograms", summary="One histogram's distributions over time")
+def histograms(run: str, reader: Reader, settings: Settings,
+               name: Annotated[str, Query(description="histogram name, e.g. reward/hist")],
+               step_min: StepMin = None, step_max: StepMax = None,
+               max_points: Annotated[int | None, Query(ge=2, description="evenly spaced steps "
+                                                       "at most")] = 200,
+               ) -> SafeJSONResponse:
+    check_range("step_min", step_min, "step_max", step_max)
+    check_cap("max_points", max_points, settings.max_histogram_points)
+    items = reader.read_histograms(run, name, step_min=step_min, step_max=step_max,
+                                   max_points=max_points)
+    return json_response({"name": name, "items": [
+        {"step": h.step, "edges": list(h.edges), "counts": list(h.counts),
+         "wall_time": h.wall_time} for h in items]})
+
+
+@router.get("/runs/{run}/categories", summary="Prompt categories of the run (from the "
+                                              "reward/category/<c>/mean metrics)")
+def categories(run: str, reader: Reader) -> SafeJSONResponse:
+    names = reader.metric_names(run)
+    found = [n[len(CATEGORY_PREFIX):-len(CATEGORY_SUFFIX)] for n in names
+             if n.startswith(CATEGORY_PREFIX) and n.endswith(CATEGORY_SUFFIX)]
+    return json_response({"items": sorted(c for c in found if c and "/" not in c)})
+
+
+@router.get("/compare", summary="The same metrics of several runs, for overlaying curves")
+def compare(reader: Reader, settings: Settings,
+            runs: Annotated[str | None, Query(description="comma-separated run ids")] = None,
+            names: Annotated[str | None, Query(description="comma-separated metric names "
+                                                          "(wildcards allowed)")] = None,
+            step_min: StepMin = None, step_max: StepMax = None,
+            max_points: Annotated[int | None, Query(ge=8)] = 500) -> SafeJSONResponse:
+    run_ids = csv(runs)
+    if not run_ids:
+        raise ParameterError("runs", runs, "give one or more run ids separated by commas")
+    check_range("step_min", step_min, "step_max", step_max)
+    check_cap("max_points", max_points, settings.max_points)
+    patterns = require_names(names)
+    out = {}
+    for run in run_ids:
+        wanted = expand_names(patterns, _metric_names(reader, run, names), limit=settings.max_names)
+        found = reader.read_series(run, wanted, step_min=step_min, step_max=step_max,
+                                   max_points=max_points)
+        out[run] = {"series": {n: series_dict(s) for n, s in found.items()}}
+    return json_response({"runs": out})
+
+
+def _metric_names(reader: Reader, run: str, names: str | None) -> list[str]:
+    """The run's metric names, read only when a wildcard needs them."""
+    return reader.metric_names(run) if names and "*" in names else []

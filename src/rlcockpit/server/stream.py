@@ -1,0 +1,93 @@
+"""One poll of the live tail: what a run wrote after a cursor, as server-sent-event messages.
+
+Pure of the web framework: :class:`Tail` reads through a store reader and returns the messages
+and the advanced cursor; ``routes/live.py`` drives it on its own thread every ``sse_poll_s``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlcockpit.records import to_dict
+from rlcockpit.server.cursor import Cursor, encode
+from rlcockpit.server.responses import json_safe
+
+STEPS_PER_POLL = 200
+ROWS_PER_POLL = 500
+KINDS = (("findings", "finding"), ("phases", "phase"), ("events", "event"))
+
+
+def message(kind: str, cursor: Cursor | None, data: Any) -> str:
+    """One SSE message; ``data`` as one JSON line (non-finite numbers as null)."""
+    text = json.dumps(json_safe(data), ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":"))
+    head = f"event: {kind}\n" + (f"id: {encode(cursor)}\n" if cursor is not None else "")
+    return f"{head}data: {text}\n\n"
+
+
+def keepalive() -> str:
+    return ": keep-alive\n\n"
+
+
+@dataclass
+class Poll:
+    messages: list[str] = field(default_factory=list)
+    more: bool = False  # a page limit was hit: poll again at once
+
+
+class Tail:
+    """The stream's state: the run, the cursor and the last run status sent."""
+
+    def __init__(self, reader: Any, run_id: str, cursor: Cursor) -> None:
+        self.reader = reader
+        self.run_id = run_id
+        self.cursor = cursor
+        self.status: str | None = None
+
+    @classmethod
+    def start(cls, reader: Any, run_id: str, *, cursor: Cursor | None,
+              after_step: int | None) -> Tail:
+        """Resume at ``cursor``; else start after ``after_step`` (default: the last step) and
+        after the rows already written (only new findings, phases and events)."""
+        if cursor is not None:
+            return cls(reader, run_id, cursor)
+        ids = reader.max_row_ids(run_id)
+        step = after_step if after_step is not None else reader.get_run(run_id).last_step
+        return cls(reader, run_id, Cursor(step=step, finding=ids["findings"],
+                                          phase=ids["phases"], event=ids["events"]))
+
+    def poll(self) -> Poll:
+        out = Poll()
+        self._status(out)
+        for table, kind in KINDS:
+            self._rows(out, table, kind)
+        self._steps(out)
+        return out
+
+    def _status(self, out: Poll) -> None:
+        run = self.reader.get_run(self.run_id)
+        if run.status != self.status:
+            self.status = run.status
+            out.messages.append(message("run", self.cursor, {
+                "status": run.status, "last_step": run.last_step, "ended_at": run.ended_at}))
+
+    def _rows(self, out: Poll, table: str, kind: str) -> None:
+        after = getattr(self.cursor, kind)
+        found = self.reader.rows_after(self.run_id, table, after, limit=ROWS_PER_POLL)
+        for row_id, record in found:
+            self.cursor = self.cursor.advance(**{kind: row_id})
+            out.messages.append(message(kind, self.cursor, to_dict(record)))
+        out.more = out.more or len(found) >= ROWS_PER_POLL
+
+    def _steps(self, out: Poll) -> None:
+        found = self.reader.steps_after(self.run_id, self.cursor.step, limit=STEPS_PER_POLL)
+        if not found:
+            return
+        metrics = self.reader.step_metrics(self.run_id, found[0][0], found[-1][0])
+        for step, wall_time in found:
+            self.cursor = self.cursor.advance(step=step)
+            out.messages.append(message("step", self.cursor, {
+                "step": step, "wall_time": wall_time, "metrics": metrics.get(step, {})}))
+        out.more = out.more or len(found) >= STEPS_PER_POLL
