@@ -1,0 +1,34 @@
+"""Recorded real metric streams of healthy tiny-world runs, for calibrating and testing detectors.
+
+The fixtures in tests/fixtures/streams/ are exports of the lead's recorded runs
+(``rlcockpit export --store sqlite:////work/streams/healthy.db --run RUN --what metrics``), one
+JSON object per step ``{"step": N, "metrics": {catalog name: value}}``, gzipped when large.
+NaN and ±inf arrive as the strings "NaN" / "Infinity" / "-Infinity" and are turned back into floats.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+STREAMS = Path(__file__).parent / "fixtures" / "streams"
+HEALTHY = ("healthy_ppo_s0", "healthy_grpo_s1", "healthy_ppo_s2")
+
+
+def _open(name: str, kind: str):
+    plain = STREAMS / f"{name}.{kind}.jsonl"
+    if plain.exists():
+        return plain.open(encoding="utf-8")
+    packed = STREAMS / f"{name}.{kind}.jsonl.gz"
+    if packed.exists():
+        return gzip.open(packed, "rt", encoding="utf-8")
+    raise FileNotFoundError(f"no stream {name!r} ({kind}) in {STREAMS}")
+
+
+def load_stream(name: str) -> list[tuple[int, dict[str, float]]]:
+    """The run's metrics as ``[(step, {name: value})]`` in step order."""
+    with _open(name, "metrics") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    out = [(int(r["step"]), {k: float(v) for k, v in r["metrics"].items()}) for r in rows]
+    return sorted(out, key=lambda row: row[0])
