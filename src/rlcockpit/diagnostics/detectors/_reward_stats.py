@@ -1,0 +1,157 @@
+"""Helpers shared by the reward and sample detectors (no detector here; numpy only).
+
+- :class:`Lagged` — the last ``recent`` values of a quantity against the ``window`` values logged
+  before them (a reference that can be frozen while a condition holds, so a lasting change stays
+  visible instead of becoming the new normal);
+- distribution shape of one step's samples: :func:`skewness`, :func:`excess_kurtosis`,
+  :func:`bimodality_coefficient` (Sarle), rank correlation :func:`spearman`;
+- :func:`sample_values` — a numeric field of the step's samples, finite values only.
+
+Each statistic is checked against a naive formula in tests/test_detectors_b.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from rlcockpit.diagnostics.windows import MAD_TO_SIGMA, Window, mad, robust_z
+from rlcockpit.records import SampleRecord
+
+BC_UNIFORM = 5.0 / 9.0  # Sarle's bimodality coefficient of a uniform distribution: above → bimodal
+
+
+class Lagged:
+    """The last ``recent`` finite values against the ``window`` values before them."""
+
+    def __init__(self, window: int, recent: int) -> None:
+        if recent < 1:
+            raise ValueError(f"recent must be >= 1, got {recent}")
+        self.reference = Window(window)
+        self._recent: deque[tuple[int, float]] = deque(maxlen=recent)
+        self.frozen = False  # True: values leaving `recent` are not added to the reference
+
+    def push(self, value: float | None, step: int) -> bool:
+        if value is None or not math.isfinite(value):
+            return False
+        if len(self._recent) == self._recent.maxlen and not self.frozen:
+            old_step, old_value = self._recent[0]
+            self.reference.push(old_value, old_step)
+        self._recent.append((int(step), float(value)))
+        return True
+
+    def ready(self, min_reference: int) -> bool:
+        return len(self._recent) == self._recent.maxlen and len(self.reference) >= min_reference
+
+    @property
+    def recent(self) -> np.ndarray:
+        return np.asarray([v for _, v in self._recent], dtype=float)
+
+    @property
+    def recent_steps(self) -> list[int]:
+        return [s for s, _ in self._recent]
+
+    @property
+    def median(self) -> float:
+        ref = self.reference.values
+        return float(np.median(ref)) if ref.size else math.nan
+
+    def scale(self, floor: float) -> float:
+        """Robust spread of the reference (1.4826 · MAD), never below ``floor``."""
+        ref = self.reference.values
+        return max(MAD_TO_SIGMA * mad(ref), floor) if ref.size else floor
+
+    def z(self, floor: float) -> float:
+        """Robust z-score of the mean of the recent values against the reference."""
+        return robust_z(float(self.recent.mean()), self.reference.values, floor)
+
+    def onset(self, moved: Callable[[float], bool]) -> int:
+        """First step of the trailing run of recent values for which ``moved(value)`` holds."""
+        onset = self._recent[-1][0]
+        for step, value in reversed(self._recent):
+            if not moved(value):
+                break
+            onset = step
+        return onset
+
+    def rebase(self) -> None:
+        """Forget the reference (after a long-lasting change was acknowledged as the new level)."""
+        self.reference.clear()
+        self.frozen = False
+
+
+def sample_values(samples: Sequence[SampleRecord], field: str) -> np.ndarray:
+    """A numeric field of the samples as a float array, non-finite values dropped."""
+    values = np.asarray([float(getattr(s, field)) for s in samples], dtype=float)
+    return values[np.isfinite(values)]
+
+
+def skewness(x: Sequence[float]) -> float:
+    """Adjusted Fisher–Pearson sample skewness G1; 0 for fewer than 3 values or no spread."""
+    a = np.asarray(x, dtype=float)
+    n = a.size
+    if n < 3:
+        return 0.0
+    d = a - a.mean()
+    m2 = float(np.mean(d ** 2))
+    if m2 <= 0.0:
+        return 0.0
+    g1 = float(np.mean(d ** 3)) / m2 ** 1.5
+    return g1 * math.sqrt(n * (n - 1)) / (n - 2)
+
+
+def excess_kurtosis(x: Sequence[float]) -> float:
+    """Adjusted sample excess kurtosis G2; 0 for fewer than 4 values or no spread."""
+    a = np.asarray(x, dtype=float)
+    n = a.size
+    if n < 4:
+        return 0.0
+    d = a - a.mean()
+    m2 = float(np.mean(d ** 2))
+    if m2 <= 0.0:
+        return 0.0
+    g2 = float(np.mean(d ** 4)) / m2 ** 2 - 3.0
+    return ((n + 1) * g2 + 6.0) * (n - 1) / ((n - 2) * (n - 3))
+
+
+def bimodality_coefficient(x: Sequence[float]) -> float:
+    """Sarle's bimodality coefficient (g² + 1) / (κ + 3(n−1)² / ((n−2)(n−3))).
+
+    Above 5/9 (the uniform distribution's value) hints at two modes (SAS Institute 1990; Pfister
+    et al. 2013). NaN for fewer than 4 values or no spread.
+    """
+    a = np.asarray(x, dtype=float)
+    n = a.size
+    if n < 4 or float(np.ptp(a)) == 0.0:
+        return math.nan
+    g = skewness(a)
+    k = excess_kurtosis(a)
+    return (g * g + 1.0) / (k + 3.0 * (n - 1) ** 2 / ((n - 2) * (n - 3)))
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average 1-based ranks; ties share the mean of their positions."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(x.size, dtype=float)
+    ranks[order] = np.arange(1, x.size + 1, dtype=float)
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return (sums / counts)[inverse]
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation of two paired samples; 0 when undefined (constant input)."""
+    a = np.asarray(x, dtype=float)
+    b = np.asarray(y, dtype=float)
+    if a.size != b.size:
+        raise ValueError(f"spearman needs paired samples, got {a.size} and {b.size} values")
+    if a.size < 3:
+        return 0.0
+    ra, rb = _ranks(a), _ranks(b)
+    sa, sb = ra.std(), rb.std()
+    if sa == 0 or sb == 0:
+        return 0.0
+    return float(np.mean((ra - ra.mean()) * (rb - rb.mean())) / (sa * sb))

@@ -1,0 +1,228 @@
+"""Reward hacking: the reward jumps while the policy drifts, or one template takes over (001 Q2, Q7).
+
+Failure mode: the policy finds a pattern the reward model over-pays — the seed's "this is a great
+question, worth exploring" filler (000 §3.1), a repeated phrase, an over-long answer — and PPO
+piles probability onto it: the reward jumps while quality falls.
+Signal, key "jump": ``reward/mean`` — the mean of its last ``recent`` (3) steps as a robust
+z-score against the ``window`` (20) steps before — together with the co-moving signals that
+mark a drifting policy: ``kl/mean`` up, ``policy/entropy`` down, ``response/length_mean`` up
+(each a robust z of the same recent-vs-window form).
+Signal, key "template" (samples): the share of this step's responses containing the most common
+character ``ngram`` (6 characters with a letter; first ``max_chars`` characters of at most
+``max_samples`` responses), against that n-gram's mean share in the reference steps and in the
+run's first steps; and distinct-3 (Li et al. 2016, character trigrams over the batch) against its
+reference median.
+Default thresholds: "jump" when the reward's z ≥ ``z_jump`` (4) after ``warmup`` (10) steps:
+yellow alone, orange with one co-moving signal (|z| ≥ ``z_co`` = 3), red with two or more.
+"template" orange when the top n-gram's share ≥ ``share_min`` (0.5) and exceeds its reference
+share by ≥ max(``share_rise`` = 0.35, 3 × its reference standard deviation) for
+``template_steps`` (2) steps, or when distinct-3 falls below ``distinct_ratio`` (0.4) × its
+reference median for ``template_steps`` steps. Runs where every answer legitimately shares a
+format (a "<think>" prefix, a boxed answer) keep that n-gram's share high in the reference too.
+False positives: a genuine breakthrough (a reward jump with the KL rising a little): read the
+example responses in the evidence; a prompt set switching to one task (the template rises with
+it).
+Fix: open the samples of the jump step (001 Q2), raise the KL coefficient β, add the template to
+the reward's rule fallback / penalise it, retrain or recalibrate the reward model on the hacked
+samples, and roll back to the checkpoint before the onset on red.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlcockpit.config import Config, option
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._reward_stats import Lagged
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import Streak
+from rlcockpit.metrics.stats import distinct_ngram_frac
+
+# (metric, label, direction): the co-moving signals of a drifting policy (001 Q2, Q7).
+CO_MOVERS = (("kl/mean", "KL", 1.0), ("policy/entropy", "entropy", -1.0),
+             ("response/length_mean", "length", 1.0))
+TOP_KEPT = 64  # n-grams remembered per step for the reference shares
+
+
+@dataclass(frozen=True)
+class RewardHackingConfig(Config):
+    z_jump: float = option(4.0, help="Robust z of the recent reward mean that counts as a jump.",
+                           range=(1.0, 1e6))
+    z_co: float = option(3.0, help="|z| of KL / entropy / length that counts as moving with it.",
+                         range=(0.5, 1e6))
+    recent: int = option(3, help="Steps averaged as the current level.", range=(1, 100))
+    window: int = option(20, help="Reference window (steps before the recent ones).",
+                         range=(3, 10_000))
+    warmup: int = option(10, help="Reference steps needed before judging.", range=(3, 10_000))
+    rel_floor: float = option(0.05, help="Smallest z scale as a fraction of the reference "
+                              "median's magnitude.", range=(0.0, 10.0))
+    ngram: int = option(6, help="Characters per n-gram of the template check.", range=(2, 64))
+    share_min: float = option(0.5, help="Template: smallest share of responses with the top "
+                              "n-gram.", range=(0.0, 1.0))
+    share_rise: float = option(0.35, help="Template: smallest rise of that share over its "
+                               "reference.", range=(0.0, 1.0))
+    distinct_ratio: float = option(0.4, help="Template: distinct-3 below this × its reference "
+                                   "median counts as a collapse.", range=(0.0, 1.0))
+    template_steps: int = option(2, help="Steps in a row the template check must hold.",
+                                 range=(1, 1000))
+    max_samples: int = option(256, help="Responses read per step (the first ones).",
+                              range=(4, 1_000_000))
+    max_chars: int = option(400, help="Characters read per response.", range=(8, 1_000_000))
+
+
+@register
+class RewardHacking(Detector):
+    name = "reward_hacking"
+    family = "reward_hacking"
+    reads = ("reward/mean", "kl/mean", "policy/entropy", "response/length_mean")
+    reads_samples = True
+    patterns = ("reward_hacking", "template_takeover")
+    signal = "reward"
+    Config = RewardHackingConfig
+
+    def __init__(self, config: RewardHackingConfig | None = None) -> None:
+        super().__init__(config)
+        cfg = self.config
+        self._reward = Lagged(cfg.window, cfg.recent)
+        self._co = {name: Lagged(cfg.window, cfg.recent) for name, _, _ in CO_MOVERS}
+        self._template = TemplateWatch(cfg)
+
+    def update(self, view: StepView) -> list[Condition] | object:
+        if view.get("reward/mean") is None and not view.samples:
+            return SKIPPED
+        out = []
+        jump = self._jump(view)
+        if jump is not None:
+            out.append(jump)
+        template = self._template.update(view)
+        if template is not None:
+            out.append(template)
+        return out
+
+    # ------------------------------------------------------------------ reward jump
+
+    def _floor(self, lagged: Lagged) -> float:
+        return max(self.config.rel_floor * abs(lagged.median), 1e-9)
+
+    def _jump(self, view: StepView) -> Condition | None:
+        cfg = self.config
+        self._reward.push(view.finite("reward/mean"), view.step)
+        for name, lagged in self._co.items():
+            lagged.push(view.finite(name), view.step)
+        if not self._reward.ready(cfg.warmup):
+            return None
+        z = self._reward.z(self._floor(self._reward))
+        if z < cfg.z_jump:
+            return None
+        moving = self._co_moving()
+        severity = ("yellow", "orange", "red")[min(len(moving), 2)]
+        ref = self._reward.median
+        now = float(self._reward.recent.mean())
+        scale = self._reward.scale(self._floor(self._reward))
+        labels = ", ".join(f"{label} {'up' if sign > 0 else 'down'}" for label, sign in moving)
+        evidence = {"reward_now": now, "reward_reference": ref, "z": z, "z_threshold": cfg.z_jump,
+                    "co_moving": {label: zc for (label, _), zc in moving.items()},
+                    "window": cfg.window, "recent": cfg.recent, "signal": "reward",
+                    "onset_step": self._reward.onset(lambda v: v - ref >= 2.0 * scale)}
+        with_what = f" with {labels}" if moving else " (KL, entropy and length calm)"
+        return Condition(severity, f"reward jumped to {now:.3g} from {ref:.3g} (z {z:+.1f})"
+                         f"{with_what}: check the samples for reward hacking", evidence,
+                         key="jump", message_zh=f"奖励从 {ref:.3g} 跃升到 {now:.3g}（z {z:+.1f}），"
+                         f"同时变化的信号 {len(moving)} 个：检查样本是否存在奖励黑客")
+
+    def _co_moving(self) -> dict[tuple[str, float], float]:
+        moving = {}
+        for name, label, sign in CO_MOVERS:
+            lagged = self._co[name]
+            if not lagged.ready(self.config.warmup):
+                continue
+            zc = lagged.z(self._floor(lagged))
+            if sign * zc >= self.config.z_co:
+                moving[(label, sign)] = zc
+        return moving
+
+
+def ngram_shares(responses: Sequence[str], n: int, max_chars: int) -> Counter:
+    """Per n-gram, the share of responses containing it (character n-grams with a letter)."""
+    counts: Counter = Counter()
+    for text in responses:
+        text = text[:max_chars]
+        grams = {text[i:i + n] for i in range(len(text) - n + 1)}
+        counts.update(g for g in grams if any(ch.isalpha() for ch in g))
+    total = max(len(responses), 1)
+    return Counter({g: c / total for g, c in counts.items()})
+
+
+class TemplateWatch:
+    """The template / distinct-n part of :class:`RewardHacking` (reads the step's responses)."""
+
+    def __init__(self, cfg: RewardHackingConfig) -> None:
+        self.cfg = cfg
+        self._pending: deque[tuple[Counter, float]] = deque(maxlen=cfg.recent)
+        self._reference: deque[tuple[Counter, float]] = deque(maxlen=cfg.window)
+        self._early: list[Counter] = []
+        self._streak = Streak()
+
+    def update(self, view: StepView) -> Condition | None:
+        cfg = self.cfg
+        responses = [s.response for s in view.samples[:cfg.max_samples]]
+        if len(responses) < 4:
+            return None  # no samples this step: the template part is skipped
+        shares = ngram_shares(responses, cfg.ngram, cfg.max_chars)
+        distinct = distinct_ngram_frac([list(r[:cfg.max_chars]) for r in responses], n=3)
+        found = self._judge(shares, distinct) if len(self._reference) >= cfg.warmup else None
+        self._remember(shares, distinct)
+        held = self._streak.update(found is not None, view.step)
+        if found is None or held < cfg.template_steps:
+            return None
+        return self._condition(found, responses, view.step)
+
+    def _remember(self, shares: Counter, distinct: float) -> None:
+        top = Counter(dict(shares.most_common(TOP_KEPT)))
+        if len(self._pending) == self._pending.maxlen:
+            self._reference.append(self._pending[0])
+            if len(self._early) < self.cfg.window:
+                self._early.append(self._pending[0][0])
+        self._pending.append((top, distinct))
+
+    def _reference_share(self, gram: str) -> tuple[float, float]:
+        recent = np.asarray([c.get(gram, 0.0) for c, _ in self._reference])
+        early = np.asarray([c.get(gram, 0.0) for c in self._early]) if self._early else recent
+        base = recent if recent.mean() <= early.mean() else early
+        return float(base.mean()), float(base.std())
+
+    def _judge(self, shares: Counter, distinct: float) -> dict | None:
+        cfg = self.cfg
+        if shares:
+            gram, share = shares.most_common(1)[0]
+            base, spread = self._reference_share(gram)
+            if share >= cfg.share_min and share - base >= max(cfg.share_rise, 3.0 * spread):
+                return {"ngram": gram, "share": share, "reference_share": base,
+                        "reference_sd": spread, "distinct_3": distinct}
+        ref = [d for _, d in self._reference if math.isfinite(d)]
+        ref_median = float(np.median(ref)) if ref else math.nan
+        if math.isfinite(distinct) and ref and distinct < cfg.distinct_ratio * ref_median:
+            return {"distinct_3": distinct, "reference_distinct_3": ref_median,
+                    "ratio_threshold": cfg.distinct_ratio}
+        return None
+
+    def _condition(self, found: dict, responses: list[str], step: int) -> Condition:
+        gram = found.get("ngram")
+        examples = [r[:200] for r in responses if gram is None or gram in r][:3]
+        evidence = {**found, "examples": examples, "signal": "response template",
+                    "onset_step": self._streak.onset, "steps": self._streak.count}
+        if gram is not None:
+            what = (f"{found['share']:.0%} of responses contain {gram!r} "
+                    f"(reference {found['reference_share']:.0%})")
+            zh = f"{found['share']:.0%} 的回答包含 {gram!r}（此前 {found['reference_share']:.0%}）"
+        else:
+            what = (f"distinct-3 fell to {found['distinct_3']:.3f} from "
+                    f"{found['reference_distinct_3']:.3f}")
+            zh = f"distinct-3 从 {found['reference_distinct_3']:.3f} 降到 {found['distinct_3']:.3f}"
+        return Condition("orange", f"template takeover: {what}", evidence, key="template",
+                         message_zh=f"模板接管：{zh}")

@@ -1,0 +1,114 @@
+"""Reward scale spike: the rewards suddenly come in a much larger scale (000 §4.3).
+
+Failure mode: a reward multiplier or a reward-model change makes the rewards many times larger
+(seed 000 §4.3: the reward scale raised by hand; a ×20 jump is the fault benchmark's case). The
+advantages, the critic targets and the gradients scale with it: the critic diverges, the KL blows
+up, the embedding gradients explode a few steps later.
+Signal: the spread of the step's rewards (``reward/std``) and their magnitude
+(max(|``reward/min``|, |``reward/max``|)) against the median of the last ``window`` steps before
+the change; ``reward/raw/mean`` tells whether the reward model's own scores moved (evidence only).
+Default thresholds: red when ``reward/std`` is ≥ ``factor`` (5)× its reference median, or when the
+reward magnitude is ≥ ``factor``× its reference and ``reward/std`` ≥ ``factor`` / 2× its
+reference; after ``warmup`` (8) steps. The reference is frozen while the condition holds (the new
+scale does not become "normal"), and rebuilt after ``rebase_after`` (30) steps of a lasting change.
+False positives: an intended change of ``reward/scale`` or of the reward function (the evidence
+shows ``reward/scale`` before and now); the first steps of a run whose rewards all start at 0.
+Fix: undo the scale change (``reward/scale`` back, ticket audited), or normalise the rewards
+(``reward.normalize``) and re-tune the clipping before raising the scale again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlcockpit.config import Config, option
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._reward_stats import Lagged
+from rlcockpit.diagnostics.registry import register
+
+
+@dataclass(frozen=True)
+class RewardScaleConfig(Config):
+    factor: float = option(5.0, help="Red when reward/std is at least this many times its "
+                           "reference median (000 §4.3 saw ×20).", range=(1.5, 1e6))
+    window: int = option(20, help="Reference window (steps before the current one).",
+                         range=(3, 10_000))
+    warmup: int = option(8, help="Steps of reference needed before judging.", range=(3, 10_000))
+    rebase_after: int = option(30, help="Steps of a lasting change after which its level becomes "
+                               "the new reference.", range=(1, 100_000))
+    floor: float = option(1e-6, help="Smallest reference spread used in ratios (reward units).",
+                          range=(0.0, None))
+
+
+@register
+class RewardScale(Detector):
+    name = "reward_scale"
+    family = "reward_scale"
+    reads = ("reward/std", "reward/min", "reward/max", "reward/raw/mean", "reward/scale")
+    patterns = ("reward_scale_spike",)
+    signal = "reward scale"
+    Config = RewardScaleConfig
+
+    def __init__(self, config: RewardScaleConfig | None = None) -> None:
+        super().__init__(config)
+        cfg = self.config
+        self._std = Lagged(cfg.window, 1)
+        self._mag = Lagged(cfg.window, 1)
+        self._scale = Lagged(cfg.window, 1)
+        self._firing = 0
+
+    def update(self, view: StepView) -> Condition | object | None:
+        std = view.finite("reward/std")
+        if std is None:
+            return SKIPPED if view.get("reward/std") is None else None
+        low, high = view.finite("reward/min"), view.finite("reward/max")
+        magnitude = max(abs(low), abs(high)) if low is not None and high is not None else None
+        self._std.push(std, view.step)
+        self._mag.push(magnitude, view.step)
+        self._scale.push(view.finite("reward/scale"), view.step)
+        if not self._std.ready(self.config.warmup):
+            return None
+        cond = self._judge(view, std, magnitude)
+        self._track(cond is not None)
+        return cond
+
+    def _ratio(self, lagged: Lagged, value: float | None) -> float:
+        if value is None or len(lagged.reference) == 0:
+            return 1.0
+        return abs(value) / max(abs(lagged.median), self.config.floor)
+
+    def _judge(self, view: StepView, std: float, magnitude: float | None) -> Condition | None:
+        cfg = self.config
+        std_ratio = self._ratio(self._std, std)
+        mag_ratio = self._ratio(self._mag, magnitude)
+        spiked = std_ratio >= cfg.factor or (mag_ratio >= cfg.factor
+                                             and std_ratio >= cfg.factor / 2)
+        if not spiked:
+            return None
+        evidence = {
+            "reward_std": std, "reference_std": self._std.median, "std_ratio": std_ratio,
+            "reward_abs_max": magnitude, "reference_abs_max": self._mag.median,
+            "abs_max_ratio": mag_ratio, "factor": cfg.factor, "window": cfg.window,
+            "reward_raw_mean": view.finite("reward/raw/mean"),
+            "reward_scale": view.finite("reward/scale"),
+            "reward_scale_before": self._scale.median if len(self._scale.reference) else None,
+            "signal": "reward scale", "onset_step": self._onset(view.step),
+        }
+        ratio = max(std_ratio, mag_ratio)
+        return Condition(
+            "red", f"reward scale jumped ×{ratio:.1f} (reward/std {std:.3g} vs "
+            f"{self._std.median:.3g} over the previous {len(self._std.reference)} steps)",
+            evidence, message_zh=f"奖励尺度突增 {ratio:.1f} 倍（reward/std {std:.3g}，"
+            f"此前中位数 {self._std.median:.3g}）")
+
+    def _onset(self, step: int) -> int:
+        return step - self._firing
+
+    def _track(self, firing: bool) -> None:
+        self._firing = self._firing + 1 if firing else 0
+        for lagged in (self._std, self._mag, self._scale):
+            lagged.frozen = firing
+            if self._firing > self.config.rebase_after:
+                lagged.rebase()
+        if self._firing > self.config.rebase_after:
+            self._firing = 0

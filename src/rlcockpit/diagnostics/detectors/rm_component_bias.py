@@ -1,0 +1,172 @@
+"""Reward-model component bias: one reward component moves while the others stay (000 §4.1).
+
+Failure mode: one head of a multi-head reward model (or one rule reward) breaks — in seed 000
+§4.1 the truthfulness head's FFN bias was reset to zero by a manual reset and its mean score fell
+from 0.63 to 0.31 within minutes, while helpfulness and harmlessness were untouched. The policy
+then optimises a wrong total reward.
+Signal: each component's ``reward/<component>/mean`` — the mean of its last ``recent`` (2) steps
+as a robust z-score against its previous ``window`` (20) steps; when samples carry components,
+also a two-sample KS test of this step's component values against the pooled reference samples.
+Default thresholds: orange when |z| ≥ ``z_jump`` (6), or when the KS test gives p < ``ks_p``
+(1e-6) with D ≥ ``ks_d`` (0.4) and |z| ≥ ``z_jump`` / 2, while the other components stay calm
+(median |z| < ``z_others`` = 2); one condition per component (key = component name). The z scale is never below ``floor_frac``
+(0.1) × the median ``reward/std`` (components share the reward's units), so a near-constant
+component does not alarm on tiny wiggles. The reference freezes while the condition holds.
+Calibration: on the recorded healthy tiny-world runs the largest |z| was 4.8 and the smallest KS
+p-value 1.3e-5 (GRPO: 8 prompts per step, so the category mix moves the components).
+False positives: a real skill change that only one component measures (e.g. the policy learns
+the format all at once: ``reward/format/mean`` jumps to 0); check the component's samples.
+Fix: compare the component's scores on the same samples before and after (the evidence gives
+both levels), restore the component's weights / bias from a healthy checkpoint, then resume.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlcockpit.config import Config, option
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._reward_stats import Lagged
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import Window
+from rlcockpit.metrics.ks import ks_2samp
+
+NOT_COMPONENTS = frozenset({"raw", "uncertainty", "normalized", "category"})
+
+
+@dataclass(frozen=True)
+class RMComponentBiasConfig(Config):
+    z_jump: float = option(6.0, help="Robust z of a component's recent mean that counts as a jump.",
+                           range=(1.0, 1e6))
+    z_others: float = option(2.0, help="The other components count as calm when their median |z| "
+                             "is below this.", range=(0.0, 1e6))
+    recent: int = option(2, help="Steps averaged as the component's current level.",
+                         range=(1, 100))
+    window: int = option(20, help="Reference window (steps before the recent ones).",
+                         range=(3, 10_000))
+    warmup: int = option(8, help="Reference steps needed before judging.", range=(3, 10_000))
+    floor_frac: float = option(0.1, help="Smallest z scale, as a fraction of the median "
+                               "reward/std.", range=(0.0, 10.0))
+    ks_p: float = option(1e-6, help="KS p-value below which the component's sample distribution "
+                         "shifted.", range=(0.0, 1.0))
+    ks_d: float = option(0.4, help="Smallest KS statistic D counted as a shift.", range=(0.0, 1.0))
+    rebase_after: int = option(30, help="Steps of a lasting shift after which it becomes the new "
+                               "reference.", range=(1, 100_000))
+
+
+@dataclass
+class _Component:
+    level: Lagged
+    pool: deque = field(default_factory=deque)
+    firing: int = 0
+
+
+def component_names(view: StepView) -> list[str]:
+    """Component names from ``reward/<component>/mean`` metrics (not raw / uncertainty / ...)."""
+    out = []
+    for name in view.matching("reward/"):
+        parts = name.split("/")
+        if len(parts) == 3 and parts[2] == "mean" and parts[1] not in NOT_COMPONENTS:
+            out.append(parts[1])
+    return sorted(out)
+
+
+@register
+class RMComponentBias(Detector):
+    name = "rm_component_bias"
+    family = "rm_component_bias"
+    reads = ("reward/", "reward/std")
+    reads_samples = True
+    patterns = ("rm_component_bias",)
+    signal = "reward component"
+    Config = RMComponentBiasConfig
+
+    def __init__(self, config: RMComponentBiasConfig | None = None) -> None:
+        super().__init__(config)
+        self._parts: dict[str, _Component] = {}
+        self._std = Window(self.config.window)
+
+    def update(self, view: StepView) -> list[Condition] | object:
+        names = component_names(view)
+        if len(names) < 2:
+            return SKIPPED  # one component is the total reward: nothing to compare it with
+        floor = self.config.floor_frac * float(np.median(self._std.values)) if len(self._std) \
+            else 1e-6
+        self._std.push(view.finite("reward/std"), view.step)
+        for name in names:
+            self._push(name, view)
+        zs = {n: self._z(n, floor) for n in names if self._parts[n].level.ready(self.config.warmup)}
+        out = []
+        for name in names:
+            cond = self._judge(name, zs, view) if name in zs else None
+            self._track(name, cond is not None)
+            if cond is not None:
+                out.append(cond)
+        return out
+
+    def _push(self, name: str, view: StepView) -> None:
+        part = self._parts.get(name)
+        if part is None:
+            cfg = self.config
+            part = self._parts[name] = _Component(Lagged(cfg.window, cfg.recent),
+                                                  deque(maxlen=cfg.window))
+        part.level.push(view.finite(f"reward/{name}/mean"), view.step)
+
+    def _z(self, name: str, floor: float) -> float:
+        return self._parts[name].level.z(max(floor, 1e-9))
+
+    def _judge(self, name: str, zs: dict[str, float], view: StepView) -> Condition | None:
+        cfg = self.config
+        z = zs[name]
+        others = [abs(v) for n, v in zs.items() if n != name]
+        calm = not others or float(np.median(others)) < cfg.z_others
+        ks = self._ks(name, view)
+        shifted = ks is not None and ks[1] < cfg.ks_p and ks[0] >= cfg.ks_d \
+            and abs(z) >= cfg.z_jump / 2
+        if not calm or not (abs(z) >= cfg.z_jump or shifted):
+            return None
+        level = self._parts[name].level
+        now = float(level.recent.mean())
+        direction = "rose" if now > level.median else "fell"
+        evidence = {"component": name, "mean_now": now, "reference_mean": level.median, "z": z,
+                    "z_threshold": cfg.z_jump, "others_z": {n: v for n, v in zs.items()
+                                                            if n != name},
+                    "ks_d": ks[0] if ks else None, "ks_p": ks[1] if ks else None,
+                    "window": cfg.window, "signal": f"reward/{name}/mean",
+                    "onset_step": self._onset(level, view.step)}
+        return Condition(
+            "orange", f"reward component {name!r} {direction} alone: mean {now:.3g} vs "
+            f"{level.median:.3g} (z {z:+.1f}) while the other components stayed", evidence,
+            key=name, message_zh=f"奖励分量 {name} 单独{'上升' if direction == 'rose' else '下降'}："
+            f"均值 {now:.3g}（此前 {level.median:.3g}），其他分量未变")
+
+    def _onset(self, level: Lagged, step: int) -> int:
+        floor = self.config.z_others * level.scale(1e-9)
+        median = level.median
+        return level.onset(lambda v: abs(v - median) >= floor)
+
+    def _ks(self, name: str, view: StepView) -> tuple[float, float] | None:
+        """KS of this step's component values vs the pooled reference samples (None: no samples)."""
+        values = np.asarray([float(s.components[name]) for s in view.samples
+                             if name in s.components], dtype=float)
+        values = values[np.isfinite(values)]
+        part = self._parts[name]
+        reference = np.concatenate(list(part.pool)) if part.pool else np.empty(0)
+        result = None
+        if values.size >= 8 and reference.size >= 8 * self.config.recent:
+            result = ks_2samp(values, reference)
+        if values.size and not part.firing:
+            part.pool.append(values)
+        return result
+
+    def _track(self, name: str, firing: bool) -> None:
+        part = self._parts[name]
+        part.firing = part.firing + 1 if firing else 0
+        part.level.frozen = firing
+        if part.firing > self.config.rebase_after:
+            part.level.rebase()
+            part.pool.clear()
+            part.firing = 0
