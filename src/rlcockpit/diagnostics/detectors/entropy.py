@@ -1,0 +1,117 @@
+"""Policy entropy collapse or blow-up (001 Q4, Q7).
+
+Failure mode: *collapse* — the policy piles its probability on a few tokens or templates (mode
+collapse, "drops by more than 50% within a few hundred steps", 001 Q4), the repetitive output
+follows; *blow-up* — the entropy explodes and the text turns into gibberish.
+Signal: ``policy/entropy`` (mean per-token entropy). Collapse: the drop of the recent level
+(median of the last ``k`` steps) below the higher of the window's start and the run's early
+baseline (median of the first ``baseline_steps`` steps). Blow-up: the recent level above
+``blowup_ratio`` × the early baseline, or above ``blowup_abs``.
+Default thresholds: window 30 steps, k 5, baseline 10 steps; collapse > 50% drop → orange,
+> 80% → red (key "collapse"); blow-up > 3× baseline or > 5 nats per token → orange (key "blowup").
+False positives: the early, intended drop of a freshly fine-tuned model ("3.0 → 2.6", 001 Q4) stays
+well under 50%; a deliberately lowered sampling temperature lowers the entropy too.
+Fix: collapse — raise the entropy bonus or β, lower the actor learning rate, look for a reward
+shortcut (001 Q7: read the samples); blow-up — lower the learning rate, check the reward for a
+"gibberish scores high" hole, roll back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlcockpit.config import Config, check, option
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import Window
+
+
+@dataclass(frozen=True)
+class EntropyConfig(Config):
+    window: int = option(30, help="Steps of policy/entropy kept.", range=(4, 10000))
+    k: int = option(5, help="Values whose median is a level (start, recent).", range=(1, 1000))
+    baseline_steps: int = option(10, help="Early steps whose median is the run's baseline.",
+                                 range=(1, 10000))
+    drop_orange: float = option(0.5, help="Orange when the entropy fell by more than this "
+                                "fraction (001 Q4: > 50%).", range=(0.0, 1.0))
+    drop_red: float = option(0.8, help="Red above this drop.", range=(0.0, 1.0))
+    blowup_ratio: float = option(3.0, help="Orange when the entropy exceeds this × baseline.",
+                                 range=(1.0, 1e6))
+    blowup_abs: float = option(5.0, help="Orange when the entropy exceeds this (nats per token).",
+                               range=(0.0, 1e6))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(2 * self.k <= self.window, "k", self.k, f"must be at most window/2={self.window // 2}")
+        check(self.drop_red >= self.drop_orange, "drop_red", self.drop_red,
+              f"must be >= drop_orange={self.drop_orange}")
+
+
+@register
+class Entropy(Detector):
+    name = "entropy"
+    family = "entropy"
+    reads = ("policy/entropy",)
+    patterns = ("entropy_collapse", "entropy_blowup")
+    signal = "entropy"
+    Config = EntropyConfig
+
+    def __init__(self, config: EntropyConfig | None = None) -> None:
+        super().__init__(config)
+        self._window = Window(self.config.window)
+        self._early: list[float] = []
+
+    def update(self, view: StepView) -> list[Condition] | object:
+        if view.get("policy/entropy") is None:
+            return SKIPPED
+        value = view.finite("policy/entropy")
+        cfg = self.config
+        if not self._window.push(value, view.step):
+            return []
+        if len(self._early) < cfg.baseline_steps:
+            self._early.append(float(value))
+        if len(self._window) < 2 * cfg.k or len(self._early) < cfg.baseline_steps:
+            return []
+        values = self._window.values
+        baseline = float(np.median(self._early))
+        recent = float(np.median(values[-cfg.k:]))
+        found = [self._collapse(values, baseline, recent), self._blowup(baseline, recent)]
+        return [c for c in found if c is not None]
+
+    def _collapse(self, values: np.ndarray, baseline: float, recent: float) -> Condition | None:
+        cfg = self.config
+        start = max(float(np.median(values[:cfg.k])), baseline)
+        if start <= 0:
+            return None
+        drop = (start - recent) / start
+        if drop <= cfg.drop_orange:
+            return None
+        severity = "red" if drop > cfg.drop_red else "orange"
+        onset = int(self._window.steps[int(np.argmax(values))])
+        evidence = {"drop": drop, "from": start, "to": recent, "baseline": baseline,
+                    "window": cfg.window, "threshold": cfg.drop_orange, "signal": "entropy",
+                    "onset_step": onset}
+        return Condition(severity, f"policy entropy collapsed by {drop:.0%} ({start:.3g} → "
+                         f"{recent:.3g})", evidence, key="collapse",
+                         message_zh=f"策略熵骤降 {drop:.0%}（{start:.3g} → {recent:.3g}），"
+                                    "疑似模式坍塌")
+
+    def _blowup(self, baseline: float, recent: float) -> Condition | None:
+        cfg = self.config
+        ratio = recent / baseline if baseline > 0 else math.inf
+        if ratio <= cfg.blowup_ratio and recent <= cfg.blowup_abs:
+            return None
+        evidence = {"entropy": recent, "baseline": baseline, "ratio": ratio,
+                    "threshold_ratio": cfg.blowup_ratio, "threshold_abs": cfg.blowup_abs,
+                    "signal": "entropy", "onset_step": self._rise_onset(baseline)}
+        return Condition("orange", f"policy entropy blew up to {recent:.3g} ({ratio:.1f}× its "
+                         f"early level {baseline:.3g})", evidence, key="blowup",
+                         message_zh=f"策略熵暴涨至 {recent:.3g}（为早期水平的 {ratio:.1f} 倍），"
+                                    "输出可能变成乱码")
+
+    def _rise_onset(self, baseline: float) -> int:
+        above = np.nonzero(self._window.values > 1.5 * baseline)[0]
+        return int(self._window.steps[above[0]]) if len(above) else int(self._window.steps[-1])

@@ -1,0 +1,130 @@
+"""Gradient norms: explosion, vanishing, and one layer group far above the others (001 Q22,
+000 §4.3).
+
+Failure mode: *explosion* — one batch produces a huge gradient that kicks the policy out of its
+trust region (KL jump, language collapse, NaN); *vanishing* — the gradients go to ~0 and nothing is
+learned; *layer dominance* — one layer group (typically the embeddings, after a reward-scale jump,
+000 §4.3) receives gradients far above the rest.
+Signal: ``grad/norm/actor`` and ``grad/norm/critic`` (pre-clipping norms) against their rolling
+median over ``window`` steps; ``grad/norm/layer/<name>``: the largest group norm over the median
+group norm.
+Default thresholds: explosion when the norm is > 10× its rolling median (after 10 steps) or
+> 1000 → red (key "explosion/<actor|critic>"); vanishing when it stays < 1e-7 for 5 steps →
+yellow (key "vanishing/<…>"); dominance when max/median over layer groups > 10 for 3 steps →
+orange (key "layer"). Healthy tiny-world runs: actor norms 0.9–2.5, layer max/median ≈ 1.5.
+False positives: the very first updates (warm-up); a frozen sub-network legitimately has zero
+gradient (exclude it from logging).
+Fix: explosion — lower the learning rate, enable or tighten gradient clipping, find the batch
+(extreme rewards or advantages); vanishing — check the loss is connected (detached tensors), the
+learning rate and β; dominance — clip the embeddings separately, normalise the reward scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlcockpit.config import Config, option
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import Streak, Window
+
+_NETS = ("actor", "critic")
+
+
+@dataclass(frozen=True)
+class GradientsConfig(Config):
+    window: int = option(30, help="Steps of gradient norm forming the rolling median.",
+                         range=(3, 10000))
+    min_steps: int = option(10, help="Steps before judging an explosion against the median.",
+                            range=(1, 10000))
+    explode_ratio: float = option(10.0, help="Red when the norm exceeds this × rolling median.",
+                                  range=(1.0, 1e9))
+    explode_abs: float = option(1000.0, help="Red when the norm exceeds this.", range=(0.0, 1e12))
+    vanish_abs: float = option(1e-7, help="Vanishing when the norm stays below this ...",
+                               range=(0.0, 1e6))
+    vanish_steps: int = option(5, help="... for this many consecutive steps.", range=(1, 10000))
+    layer_ratio: float = option(10.0, help="Orange when max/median over layer groups exceeds "
+                                "this ...", range=(1.0, 1e9))
+    layer_steps: int = option(3, help="... for this many consecutive steps.", range=(1, 10000))
+
+
+@register
+class Gradients(Detector):
+    name = "gradients"
+    family = "gradients"
+    reads = ("grad/norm/actor", "grad/norm/critic", "grad/norm/layer/")
+    patterns = ("grad_explosion", "grad_vanishing", "embedding_grad_dominance")
+    signal = "grad norm"
+    Config = GradientsConfig
+
+    def __init__(self, config: GradientsConfig | None = None) -> None:
+        super().__init__(config)
+        cfg = self.config
+        self._norms = {net: Window(cfg.window) for net in _NETS}
+        self._vanish = {net: Streak() for net in _NETS}
+        self._layer = Streak()
+
+    def update(self, view: StepView) -> list[Condition] | object:
+        layers = view.matching("grad/norm/layer/")
+        if all(view.get(f"grad/norm/{net}") is None for net in _NETS) and not layers:
+            return SKIPPED
+        found: list[Condition | None] = []
+        for net in _NETS:
+            value = view.finite(f"grad/norm/{net}")
+            if value is not None:
+                found += [self._explosion(net, value, view.step),
+                          self._vanishing(net, value, view.step)]
+                self._norms[net].push(value, view.step)
+        found.append(self._dominance(layers, view.step))
+        return [c for c in found if c is not None]
+
+    def _explosion(self, net: str, value: float, step: int) -> Condition | None:
+        cfg = self.config
+        window = self._norms[net]
+        median = float(np.median(window.values)) if len(window) >= cfg.min_steps else None
+        by_ratio = median is not None and median > 0 and value > cfg.explode_ratio * median
+        if not by_ratio and value <= cfg.explode_abs:
+            return None
+        ratio = value / median if median else None
+        evidence = {"grad_norm": value, "rolling_median": median, "ratio": ratio,
+                    "threshold_ratio": cfg.explode_ratio, "threshold_abs": cfg.explode_abs,
+                    "signal": "grad norm", "onset_step": step}
+        shown = f" ({ratio:.1f}× its median {median:.3g})" if ratio else ""
+        return Condition("red", f"{net} gradient norm exploded to {value:.3g}{shown}", evidence,
+                         key=f"explosion/{net}",
+                         message_zh=f"{net} 梯度范数爆炸至 {value:.3g}")
+
+    def _vanishing(self, net: str, value: float, step: int) -> Condition | None:
+        cfg = self.config
+        streak = self._vanish[net]
+        held = streak.update(value < cfg.vanish_abs, step)
+        if held < cfg.vanish_steps:
+            return None
+        evidence = {"grad_norm": value, "threshold": cfg.vanish_abs, "steps": held,
+                    "signal": "grad norm", "onset_step": streak.onset}
+        return Condition("yellow", f"{net} gradient norm {value:.2g} below {cfg.vanish_abs:g} "
+                         f"for {held} steps: gradients vanished", evidence,
+                         key=f"vanishing/{net}",
+                         message_zh=f"{net} 梯度范数连续 {held} 步低于 {cfg.vanish_abs:g}：梯度消失")
+
+    def _dominance(self, layers: dict[str, float], step: int) -> Condition | None:
+        cfg = self.config
+        finite = {k: v for k, v in layers.items() if np.isfinite(v)}
+        if len(finite) < 3:
+            self._layer.update(False, step)
+            return None
+        median = float(np.median(list(finite.values())))
+        top = max(finite, key=finite.get)
+        ratio = finite[top] / median if median > 0 else float("inf")
+        held = self._layer.update(ratio > cfg.layer_ratio, step)
+        if held < cfg.layer_steps:
+            return None
+        group = top.removeprefix("grad/norm/layer/")
+        evidence = {"layer": group, "grad_norm": finite[top], "median_layer_norm": median,
+                    "ratio": ratio, "threshold": cfg.layer_ratio, "steps": held,
+                    "signal": "layer grad norm", "onset_step": self._layer.onset}
+        return Condition("orange", f"layer group {group!r} has gradients {ratio:.0f}× the median "
+                         f"group for {held} steps", evidence, key="layer",
+                         message_zh=f"层组 {group} 的梯度为其他层中位数的 {ratio:.0f} 倍")

@@ -1,0 +1,79 @@
+"""KL suddenly zero after being clearly positive: reference synced with the actor, or a KL bug
+(001 Q3).
+
+Failure mode: "almost always a technical fault, not convergence" (001 Q3): the actor's weights were
+copied into the frozen reference model (save/load or freezing bug), or the KL code broke (log-probs
+truncated, a variable overwritten). The KL penalty is gone; the run is unconstrained from here on.
+No metric threshold catches it: every tier and trend detector sees a *healthy* low KL.
+Signal: ``kl/mean`` and ``kl/token_max`` both below ``eps`` for ``steps`` consecutive steps, after
+a history (the ``window`` steps before) whose median KL was above ``floor``.
+Default thresholds: eps 1e-6 (mean) / 1e-4 (token max), 2 steps, history of 10 steps with median
+> 0.01 nats per sequence → red. The KL at the very start of a run (policy = reference) does not
+fire:
+the history must be clearly positive first.
+False positives: a policy collapsed to a mode the reference also prefers (only EOS): then the
+reward and the response length collapse too (001 Q3), which other detectors report.
+Fix: stop and review the code: check that the reference is frozen and never loaded from the
+actor's checkpoint, and that the KL is computed from the current reference log-probs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlcockpit.config import Config, option
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import Streak, Window
+
+
+@dataclass(frozen=True)
+class KLZeroConfig(Config):
+    eps: float = option(1e-6, help="kl/mean below this counts as zero.", range=(0.0, 1.0))
+    eps_token: float = option(1e-4, help="kl/token_max below this counts as zero.", range=(0.0, 1.0))
+    steps: int = option(2, help="Consecutive zero steps before firing.", range=(1, 1000))
+    window: int = option(10, help="Steps of history before the zeros.", range=(1, 10000))
+    floor: float = option(0.01, help="The history's median KL must exceed this (nats/sequence).",
+                          range=(0.0, 1e6))
+
+
+@register
+class KLZero(Detector):
+    name = "kl_zero"
+    family = "kl"
+    reads = ("kl/mean", "kl/token_max")
+    patterns = ("kl_zero_ref_synced",)
+    signal = "KL"
+    Config = KLZeroConfig
+
+    def __init__(self, config: KLZeroConfig | None = None) -> None:
+        super().__init__(config)
+        self._history = Window(self.config.window)
+        self._zero = Streak()
+
+    def update(self, view: StepView) -> Condition | object | None:
+        if view.get("kl/mean") is None:
+            return SKIPPED
+        kl = view.finite("kl/mean")
+        if kl is None:
+            return None
+        cfg = self.config
+        peak = view.finite("kl/token_max")
+        is_zero = abs(kl) < cfg.eps and (peak is None or abs(peak) < cfg.eps_token)
+        held = self._zero.update(is_zero, view.step)
+        if not is_zero:
+            self._history.push(kl, view.step)
+            return None
+        before = float(np.median(self._history.values)) if len(self._history) else 0.0
+        if held < cfg.steps or before <= cfg.floor:
+            return None
+        evidence = {"kl": kl, "token_max": peak, "median_before": before, "zero_steps": held,
+                    "window": cfg.window, "signal": "KL", "onset_step": self._zero.onset,
+                    "hint": "reference model may be a copy of the actor, or the KL code is broken"}
+        return Condition("red", f"KL dropped to ~0 for {held} steps after a median of "
+                         f"{before:.3g}: the reference model may be a copy of the actor "
+                         "(or the KL computation is broken)", evidence,
+                         message_zh=f"KL 在中位数 {before:.3g} 之后连续 {held} 步降为约 0："
+                                    "参考模型可能被同步成了 Actor 的副本（或 KL 计算有误）")

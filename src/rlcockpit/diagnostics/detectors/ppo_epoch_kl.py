@@ -1,0 +1,96 @@
+"""Too many PPO epochs: the KL grows too much within one sample-update cycle (001 Q23).
+
+Failure mode: training many epochs on one batch over-fits that old data and pushes the policy
+off-policy; the KL climbs within every cycle in a saw-tooth (001 Q23).
+Signal: ``policy/approx_kl`` (KL between the rollout policy and the updated policy after all
+epochs, per token) and ``kl/cycle_delta`` (growth of ``kl/mean`` from one cycle to the next),
+the latter as the mean over ``window`` cycles (the net KL growth per cycle; single deltas are
+noisy) relative to the KL target (``kl/target`` or the config's ``target``).
+Default thresholds: approx KL > 0.02 per token (001 Q23: "ΔKL < 0.02"; also the usual PPO
+``target_kl``) for ``steps`` (2) consecutive steps → orange (key "approx_kl"); mean cycle delta
+over 10 cycles > 0.25 × target → orange (key "cycle_delta").
+Measured on healthy tiny-world runs (3 runs × 120 steps): approx KL at most 6e-4 (PPO) / 6e-3
+(GRPO); single cycle deltas swing ±0.5–1.8 nats per sequence, their 10-cycle mean at most 0.12.
+False positives: the first cycles after a deliberate learning-rate increase; a KL target set far
+below the KL the task needs.
+Fix: fewer PPO epochs, a larger rollout batch ("more food"), a lower actor learning rate, or an
+early stop of the epochs when approx KL exceeds the limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlcockpit.config import Config, option
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import Streak, Window
+
+
+@dataclass(frozen=True)
+class PPOEpochKLConfig(Config):
+    approx_kl_max: float = option(0.02, help="Orange when policy/approx_kl exceeds this ...",
+                                  range=(1e-9, 1e6))
+    steps: int = option(2, help="... for this many consecutive steps.", range=(1, 1000))
+    cycle_ratio: float = option(0.25, help="Orange when the mean kl/cycle_delta exceeds this × "
+                                "the KL target.", range=(1e-9, 1e6))
+    window: int = option(10, help="Cycles whose mean kl/cycle_delta is judged.", range=(1, 1000))
+    target: float = option(1.0, help="KL target (nats per sequence) when kl/target is not logged.",
+                           range=(1e-9, 1e6))
+
+
+@register
+class PPOEpochKL(Detector):
+    name = "ppo_epoch_kl"
+    family = "ppo"
+    reads = ("policy/approx_kl", "kl/cycle_delta", "kl/target", "ppo/epochs")
+    patterns = ("too_many_ppo_epochs",)
+    signal = "PPO-cycle KL"
+    Config = PPOEpochKLConfig
+
+    def __init__(self, config: PPOEpochKLConfig | None = None) -> None:
+        super().__init__(config)
+        self._approx = Streak()
+        self._deltas = Window(self.config.window)
+
+    def update(self, view: StepView) -> list[Condition] | object:
+        approx, delta = view.get("policy/approx_kl"), view.get("kl/cycle_delta")
+        if approx is None and delta is None:
+            return SKIPPED
+        found = [self._approx_kl(view), self._cycle(view)]
+        return [c for c in found if c is not None]
+
+    def _approx_kl(self, view: StepView) -> Condition | None:
+        cfg = self.config
+        value = view.finite("policy/approx_kl")
+        held = self._approx.update(value is not None and value > cfg.approx_kl_max, view.step)
+        if held < cfg.steps:
+            return None
+        epochs = view.finite("ppo/epochs")
+        evidence = {"approx_kl": value, "threshold": cfg.approx_kl_max, "steps": held,
+                    "epochs": epochs, "signal": "PPO-cycle KL", "onset_step": self._approx.onset}
+        return Condition("orange", f"approx KL per update cycle {value:.3g} > "
+                         f"{cfg.approx_kl_max:g} for {held} steps: too many PPO epochs on one "
+                         "batch", evidence, key="approx_kl",
+                         message_zh=f"单个更新周期内的近似 KL {value:.3g} 连续 {held} 步超过 "
+                                    f"{cfg.approx_kl_max:g}：PPO epoch 过多")
+
+    def _cycle(self, view: StepView) -> Condition | None:
+        cfg = self.config
+        if not self._deltas.push(view.finite("kl/cycle_delta"), view.step) or \
+                not self._deltas.full:
+            return None
+        target = view.finite("kl/target") or cfg.target
+        mean = float(np.mean(self._deltas.values))
+        if mean <= cfg.cycle_ratio * target:
+            return None
+        evidence = {"cycle_delta_mean": mean, "threshold": cfg.cycle_ratio * target,
+                    "target": target, "window": cfg.window, "epochs": view.finite("ppo/epochs"),
+                    "signal": "PPO-cycle KL", "onset_step": int(self._deltas.steps[0])}
+        return Condition("orange", f"KL grows {mean:.3g} per cycle (mean of {cfg.window}), "
+                         f"above {cfg.cycle_ratio:g}× target {target:g}: too many PPO epochs",
+                         evidence, key="cycle_delta",
+                         message_zh=f"每个采样-更新周期 KL 增长 {mean:.3g}，超过目标值的 "
+                                    f"{cfg.cycle_ratio:g} 倍：PPO epoch 过多")

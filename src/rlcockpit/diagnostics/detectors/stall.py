@@ -1,0 +1,103 @@
+"""Training stall: reward and KL flat for a long time; heartbeat lost (001 Q25).
+
+Failure mode: "a stall is sneakier than a crash" (001 Q25): the run burns compute while nothing
+learns — β so large the policy is pinned to the reference, a reward with no contrast, a learning
+rate too low, a critic that predicts the same value everywhere. Or the trainer hangs and logs no
+step at all.
+Signal: over the last ``window`` steps, ``reward/mean`` shows no trend (Mann–Kendall p > 0.05)
+and its level moved less than ``reward_sigmas`` noise standard deviations (median of the last
+``k`` vs the first ``k``), *and* ``kl/mean`` is flat (relative range < ``kl_range``, or it stayed
+below ``kl_floor`` — "KL stuck near 0", 001 Q25). Heartbeat: :meth:`tick` with no new step for
+``heartbeat_s`` seconds.
+Default thresholds: window 50 steps, k 10, reward moved < 0.5 σ, KL relative range < 0.2 or KL
+< 1e-3 nats per sequence → yellow (key "flat"); no step for 600 s → red (key "heartbeat").
+False positives: a run that has converged (reward at its ceiling: the KL still moves then);
+slow steps of a big model (raise ``heartbeat_s``; 0 turns the heartbeat off).
+Fix: the "perturbation test" of 001 Q25: lower β or raise the learning rate for a while and watch
+whether reward and KL react; if not, check the reward's variance, the critic's value spread and
+the data pipeline. Heartbeat: look at the trainer's process (hung rollout, dead worker).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlcockpit.config import Config, check, option
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import Window, mann_kendall, relative_range
+
+
+@dataclass(frozen=True)
+class StallConfig(Config):
+    window: int = option(50, help="Steps judged for flatness.", range=(10, 100000))
+    k: int = option(10, help="Values whose median is the window's start / end level.",
+                    range=(1, 10000))
+    reward_sigmas: float = option(0.5, help="Flat when the reward level moved less than this × "
+                                  "its standard deviation in the window.", range=(0.0, 1e6))
+    p_min: float = option(0.05, help="... and its Mann–Kendall p-value is above this.",
+                          range=(0.0, 1.0))
+    kl_range: float = option(0.2, help="KL flat when (max − min) / mean over the window < this ...",
+                             range=(0.0, 1e6))
+    kl_floor: float = option(1e-3, help="... or when it stayed below this (nats per sequence).",
+                             range=(0.0, 1e6))
+    heartbeat_s: float = option(600.0, help="Red when no step arrived for this many seconds "
+                                "(0 = off).", range=(0.0, 1e9))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(2 * self.k <= self.window, "k", self.k, f"must be at most window/2={self.window // 2}")
+
+
+@register
+class Stall(Detector):
+    name = "stall"
+    family = "stall"
+    reads = ("reward/mean", "kl/mean")
+    patterns = ("training_stall", "heartbeat_lost")
+    signal = "reward/KL"
+    Config = StallConfig
+
+    def __init__(self, config: StallConfig | None = None) -> None:
+        super().__init__(config)
+        self._reward = Window(self.config.window)
+        self._kl = Window(self.config.window)
+
+    def update(self, view: StepView) -> Condition | object | None:
+        if view.get("reward/mean") is None or view.get("kl/mean") is None:
+            return SKIPPED
+        self._reward.push(view.finite("reward/mean"), view.step)
+        self._kl.push(view.finite("kl/mean"), view.step)
+        if not (self._reward.full and self._kl.full):
+            return None
+        cfg = self.config
+        reward, kl = self._reward.values, self._kl.values
+        moved = abs(float(np.median(reward[-cfg.k:]) - np.median(reward[:cfg.k])))
+        sigma = max(float(reward.std()), 1e-12)
+        p = mann_kendall(reward).p
+        kl_rr = relative_range(kl, eps=1e-12)
+        kl_flat = kl_rr < cfg.kl_range or float(np.max(np.abs(kl))) < cfg.kl_floor
+        if moved >= cfg.reward_sigmas * sigma or p <= cfg.p_min or not kl_flat:
+            return None
+        evidence = {"reward_moved": moved, "reward_std": sigma, "reward_trend_p": p,
+                    "kl_relative_range": kl_rr, "kl_max": float(np.max(kl)),
+                    "window": cfg.window, "signal": "reward/KL",
+                    "onset_step": int(self._reward.steps[0])}
+        return Condition("yellow", f"reward and KL flat for {cfg.window} steps (reward moved "
+                         f"{moved:.3g} = {moved / sigma:.2f}σ, KL range {kl_rr:.0%}): training "
+                         "may be stalled", evidence, key="flat",
+                         message_zh=f"奖励与 KL 在 {cfg.window} 步内几乎不变：训练可能僵死")
+
+    def tick(self, wall_time: float, last_step_wall: float | None) -> Condition | None:
+        limit = self.config.heartbeat_s
+        if not limit or last_step_wall is None or wall_time - last_step_wall <= limit:
+            return None
+        silent = wall_time - last_step_wall
+        return Condition("red", f"no training step for {silent:.0f} s (limit {limit:.0f} s): "
+                         "the trainer may be hung", {"silent_s": silent, "heartbeat_s": limit,
+                                                     "signal": "heartbeat"},
+                         key="heartbeat",
+                         message_zh=f"已有 {silent:.0f} 秒没有新的训练步（上限 {limit:.0f} 秒）："
+                                    "训练进程可能卡死")
