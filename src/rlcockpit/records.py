@@ -185,3 +185,101 @@ def _json_safe(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [_json_safe(x) for x in v]
     return v
+
+
+# ---------------------------------------------------------------------- control plane (DESIGN.md §7)
+
+ROLES = ("viewer", "operator", "approver", "admin")  # each role may do what the ones before it may
+TICKET_STATUSES = ("requested", "approved", "rejected", "cancelled", "applied", "evaluated", "failed")
+AUDIT_GENESIS = "0" * 64  # the "previous hash" of the first audit entry
+
+
+@dataclass(frozen=True)
+class UserRecord:
+    """A person (or script) with a role. Only a salted hash of the bearer token is stored; the
+    token's public ``key_id`` part finds the row."""
+
+    name: str
+    role: str
+    key_id: str
+    salt: str
+    token_hash: str
+    created_at: float = 0.0
+    created_by: str = ""
+    revoked_at: float | None = None
+    user_id: int | None = None
+
+
+@dataclass(frozen=True)
+class TicketRecord:
+    """A requested change of one live parameter (``kind="param"``) or a command (``kind="command"``:
+    pause, resume, stop, checkpoint, rollback) for one run, through its whole life:
+    requested -> approved | rejected | cancelled -> applied -> evaluated (or failed)."""
+
+    run_id: str
+    kind: str
+    target: str  # parameter name (canonical) or command name
+    value: Any = None  # the new value (param) or the command's arguments (dict)
+    reason: str = ""
+    requested_by: str = ""
+    requested_at: float = 0.0
+    status: str = "requested"
+    previous: Any = None  # the value before the change, recorded when applied
+    decided_by: str | None = None
+    decided_at: float | None = None
+    comment: str | None = None
+    boundary_step: int | None = None  # the HOTFIX (end of step) where it was applied = checkpoint step
+    applied_step: int | None = None  # the first step trained with the change (boundary_step + 1)
+    checkpoint: str | None = None
+    applied_at: float | None = None
+    effect: Mapping[str, Any] | None = None
+    evaluated_at: float | None = None
+    error: str | None = None
+    rolled_back_by: int | None = None
+    updated_at: float = 0.0
+    ticket_id: int | None = None
+
+
+@dataclass(frozen=True)
+class LiveParamsRecord:
+    """The live parameters a trainer publishes for its run: specs (type, range, help, metric) and
+    current values, at start and on every change. The control plane validates tickets against it."""
+
+    run_id: str
+    step: int
+    values: Mapping[str, Any]
+    specs: Mapping[str, Mapping[str, Any]]
+    source: str = "start"  # start | resume | ticket:<id> | live | rollback
+    wall_time: float = 0.0
+    version: int | None = None
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One append-only audit entry; ``hash`` chains it to the previous entry (tamper evidence)."""
+
+    actor: str
+    action: str
+    outcome: str = "ok"  # ok | refused | failed
+    run_id: str | None = None
+    ticket_id: int | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    at: float = 0.0
+    seq: int | None = None
+    prev_hash: str = ""
+    hash: str = ""
+
+    def content(self) -> dict[str, Any]:
+        """The hashed fields (everything except the hashes themselves)."""
+        return {"seq": self.seq, "at": self.at, "actor": self.actor, "action": self.action,
+                "outcome": self.outcome, "run_id": self.run_id, "ticket_id": self.ticket_id,
+                "details": _json_safe(dict(self.details))}
+
+    def chain_hash(self, prev_hash: str) -> str:
+        """sha256 over the previous hash and the canonical JSON of :meth:`content`."""
+        import hashlib
+        import json
+
+        canonical = json.dumps(self.content(), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                               allow_nan=False)
+        return hashlib.sha256((prev_hash + "\n" + canonical).encode("utf-8")).hexdigest()

@@ -160,8 +160,41 @@ def _v4_incidents(conn: sqlite3.Connection) -> None:
     """)
 
 
+def _v5_control(conn: sqlite3.Connection) -> None:
+    """The control plane (DESIGN.md §7): users (salted token hashes), the live parameters each
+    trainer publishes, tickets, and the hash-chained audit log. ``audit`` uses AUTOINCREMENT so
+    ``sqlite_sequence`` remembers the highest entry ever written (a removed tail is detected)."""
+    _run_script(conn, """
+    CREATE TABLE users (
+        user_id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL,
+        key_id TEXT NOT NULL UNIQUE, salt TEXT NOT NULL, token_hash TEXT NOT NULL,
+        created_at REAL NOT NULL, created_by TEXT NOT NULL, revoked_at REAL
+    );
+    CREATE TABLE live_params (
+        run_key INTEGER NOT NULL, version INTEGER NOT NULL, step INTEGER NOT NULL,
+        source TEXT NOT NULL, params TEXT NOT NULL, specs TEXT NOT NULL, wall_time REAL NOT NULL,
+        PRIMARY KEY (run_key, version)
+    ) WITHOUT ROWID;
+    CREATE TABLE tickets (
+        ticket_id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, kind TEXT NOT NULL,
+        target TEXT NOT NULL, value TEXT NOT NULL, previous TEXT, reason TEXT NOT NULL,
+        requested_by TEXT NOT NULL, requested_at REAL NOT NULL, status TEXT NOT NULL,
+        decided_by TEXT, decided_at REAL, comment TEXT, boundary_step INTEGER,
+        applied_step INTEGER, checkpoint TEXT, applied_at REAL, effect TEXT,
+        evaluated_at REAL, error TEXT, rolled_back_by INTEGER, updated_at REAL NOT NULL
+    );
+    CREATE INDEX tickets_by_run_status ON tickets (run_id, status);
+    CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, actor TEXT NOT NULL,
+        action TEXT NOT NULL, outcome TEXT NOT NULL, run_id TEXT, ticket_id INTEGER,
+        details TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL
+    );
+    CREATE INDEX audit_by_run ON audit (run_id, seq)
+    """)
+
+
 MIGRATIONS: tuple[Migration, ...] = (_v1_core, _v2_query_indices, _v3_metric_rollups,
-                                     _v4_incidents)
+                                     _v4_incidents, _v5_control)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -64,6 +64,12 @@ class SqliteStore:
 
         return SqliteReader(lambda: self._connect(read_only=True), stale_after_s=self.stale_after_s)
 
+    def control(self):
+        """The control plane's tables (users, live parameters, tickets, audit): docs/control.md."""
+        from rlcockpit.store.sqlite_control import SqliteControlStore
+
+        return SqliteControlStore(self._connect)
+
     def close(self) -> None:
         """Nothing to release: connections belong to the writers and readers."""
 

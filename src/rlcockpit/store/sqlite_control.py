@@ -1,0 +1,290 @@
+"""The control plane's tables in SQLite (schema v5): users, live parameters, tickets, audit.
+
+Every connection belongs to one thread (a thread-local cache), so the server's worker threads and
+a trainer's HOTFIX can share one :class:`SqliteControlStore`. Each state change is one
+``BEGIN IMMEDIATE`` transaction that also appends its audit entry: the entry is chained to the
+last one *inside* the write lock, so two processes appending at once still form one chain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from rlcockpit.errors import NotFoundError, StoreError
+from rlcockpit.records import (
+    AUDIT_GENESIS,
+    AuditEntry,
+    LiveParamsRecord,
+    TicketRecord,
+    UserRecord,
+)
+
+_USER_COLS = ("user_id", "name", "role", "key_id", "salt", "token_hash", "created_at", "created_by",
+              "revoked_at")
+_TICKET_JSON = ("value", "previous", "effect")
+_TICKET_COLS = tuple(f.name for f in dataclasses.fields(TicketRecord))
+_AUDIT_COLS = ("seq", "at", "actor", "action", "outcome", "run_id", "ticket_id", "details", "prev_hash",
+               "hash")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(_finite(value), ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """NaN / inf become None so every stored JSON is strict (and hashes are reproducible)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+class SqliteControlStore:
+    """Implements :class:`rlcockpit.store.base.ControlStore`."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._connect = connect
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ connections
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def _tx(self, action: str) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"control store: {action} failed: {exc}", details={"action": action}) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
+    # ------------------------------------------------------------------ users
+
+    def add_user(self, user: UserRecord, audit: AuditEntry) -> UserRecord:
+        try:
+            with self._tx("add user") as conn:
+                cur = conn.execute(
+                    "INSERT INTO users (name, role, key_id, salt, token_hash, created_at, created_by, revoked_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (user.name, user.role, user.key_id, user.salt, user.token_hash, user.created_at,
+                     user.created_by, user.revoked_at))
+                self._append(conn, audit)
+        except sqlite3.IntegrityError:
+            raise StoreError(f"a user named {user.name!r} already exists; choose another name "
+                             "(`rlcockpit users list` shows them)", details={"name": user.name}) from None
+        return dataclasses.replace(user, user_id=cur.lastrowid)
+
+    def find_user(self, *, key_id: str | None = None, name: str | None = None) -> UserRecord | None:
+        column, value = ("key_id", key_id) if key_id is not None else ("name", name)
+        row = self._conn().execute(f"SELECT {', '.join(_USER_COLS)} FROM users WHERE {column} = ?",
+                                   (value,)).fetchone()
+        return _user(row) if row else None
+
+    def list_users(self) -> list[UserRecord]:
+        rows = self._conn().execute(f"SELECT {', '.join(_USER_COLS)} FROM users ORDER BY user_id").fetchall()
+        return [_user(r) for r in rows]
+
+    def revoke_user(self, name: str, at: float, audit: AuditEntry) -> UserRecord:
+        with self._tx("revoke user") as conn:
+            cur = conn.execute("UPDATE users SET revoked_at = COALESCE(revoked_at, ?) WHERE name = ?", (at, name))
+            if cur.rowcount == 0:
+                raise NotFoundError(f"no user named {name!r}; `rlcockpit users list` shows them",
+                                    details={"name": name})
+            self._append(conn, audit)
+        return self.find_user(name=name)  # type: ignore[return-value]
+
+    def count_active_users(self) -> int:
+        return int(self._conn().execute("SELECT COUNT(*) FROM users WHERE revoked_at IS NULL").fetchone()[0])
+
+    # ------------------------------------------------------------------ live parameters
+
+    def publish_live_params(self, record: LiveParamsRecord) -> LiveParamsRecord:
+        with self._tx("publish live parameters") as conn:
+            run_key = _run_key(conn, record.run_id)
+            version = conn.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM live_params WHERE run_key = ?",
+                                   (run_key,)).fetchone()[0]
+            wall = record.wall_time or time.time()
+            conn.execute("INSERT INTO live_params (run_key, version, step, source, params, specs, wall_time) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (run_key, version, int(record.step), record.source, _dumps(record.values),
+                          _dumps(record.specs), wall))
+        return dataclasses.replace(record, version=int(version), wall_time=wall)
+
+    def read_live_params(self, run_id: str, *, limit: int | None = None) -> list[LiveParamsRecord]:
+        conn = self._conn()
+        run_key = _run_key(conn, run_id)
+        sql = ("SELECT version, step, source, params, specs, wall_time FROM live_params WHERE run_key = ? "
+               "ORDER BY version DESC")
+        args: tuple = (run_key,)
+        if limit is not None:
+            sql, args = sql + " LIMIT ?", (run_key, int(limit))
+        rows = conn.execute(sql, args).fetchall()
+        return [LiveParamsRecord(run_id=run_id, version=v, step=s, source=src, values=json.loads(p),
+                                 specs=json.loads(sp), wall_time=w) for v, s, src, p, sp, w in reversed(rows)]
+
+    # ------------------------------------------------------------------ tickets
+
+    def create_ticket(self, ticket: TicketRecord, audit: AuditEntry) -> TicketRecord:
+        cols = [c for c in _TICKET_COLS if c != "ticket_id"]
+        now = time.time()
+        ticket = dataclasses.replace(ticket, updated_at=ticket.updated_at or now,
+                                     requested_at=ticket.requested_at or now)
+        with self._tx("create ticket") as conn:
+            cur = conn.execute(f"INSERT INTO tickets ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                               [_ticket_value(c, getattr(ticket, c)) for c in cols])
+            ticket = dataclasses.replace(ticket, ticket_id=cur.lastrowid)
+            self._append(conn, dataclasses.replace(audit, ticket_id=cur.lastrowid))
+        return ticket
+
+    def get_ticket(self, ticket_id: int) -> TicketRecord:
+        row = self._conn().execute(f"SELECT {', '.join(_TICKET_COLS)} FROM tickets WHERE ticket_id = ?",
+                                   (int(ticket_id),)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no ticket {ticket_id}; list a run's tickets with GET /api/runs/<run>/tickets",
+                                details={"ticket_id": ticket_id})
+        return _ticket(row)
+
+    def list_tickets(self, *, run_id: str | None = None, statuses: Sequence[str] | None = None,
+                     limit: int | None = None) -> list[TicketRecord]:
+        where, args = [], []
+        if run_id is not None:
+            where.append("run_id = ?")
+            args.append(run_id)
+        if statuses:
+            where.append(f"status IN ({', '.join('?' * len(statuses))})")
+            args.extend(statuses)
+        sql = f"SELECT {', '.join(_TICKET_COLS)} FROM tickets"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY ticket_id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        return [_ticket(r) for r in reversed(self._conn().execute(sql, args).fetchall())]
+
+    def transition(self, ticket_id: int, from_statuses: Sequence[str], changes: Mapping[str, object],
+                   audit: AuditEntry | None) -> TicketRecord | None:
+        unknown = set(changes) - set(_TICKET_COLS) - {"ticket_id"}
+        if unknown or "ticket_id" in changes:
+            raise StoreError(f"cannot change ticket fields {sorted(unknown) or ['ticket_id']}",
+                             details={"fields": sorted(unknown)})
+        values = {**changes, "updated_at": time.time()}
+        sets = ", ".join(f"{c} = ?" for c in values)
+        with self._tx("update ticket") as conn:
+            cur = conn.execute(
+                f"UPDATE tickets SET {sets} WHERE ticket_id = ? AND status IN ({', '.join('?' * len(from_statuses))})",
+                [*(_ticket_value(c, v) for c, v in values.items()), int(ticket_id), *from_statuses])
+            if cur.rowcount == 0:
+                return None
+            if audit is not None:
+                self._append(conn, dataclasses.replace(audit, ticket_id=int(ticket_id)))
+        return self.get_ticket(ticket_id)
+
+    # ------------------------------------------------------------------ audit
+
+    def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        with self._tx("append audit entry") as conn:
+            return self._append(conn, entry)
+
+    def _append(self, conn: sqlite3.Connection, entry: AuditEntry) -> AuditEntry:
+        """Inside an open write transaction: chain ``entry`` to the last row and insert it."""
+        last = conn.execute("SELECT hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+        seq = self._next_seq(conn)
+        prev = last[0] if last else AUDIT_GENESIS
+        entry = dataclasses.replace(entry, seq=seq, at=entry.at or time.time(), prev_hash=prev,
+                                    details=_finite(dict(entry.details)))
+        entry = dataclasses.replace(entry, hash=entry.chain_hash(prev))
+        conn.execute(f"INSERT INTO audit ({', '.join(_AUDIT_COLS)}) VALUES ({', '.join('?' * len(_AUDIT_COLS))})",
+                     (entry.seq, entry.at, entry.actor, entry.action, entry.outcome, entry.run_id,
+                      entry.ticket_id, _dumps(entry.details), entry.prev_hash, entry.hash))
+        return entry
+
+    @staticmethod
+    def _next_seq(conn: sqlite3.Connection) -> int:
+        # AUTOINCREMENT's counter: a seq is never reused, even after the last rows were deleted
+        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'audit'").fetchone()
+        return int(row[0]) + 1 if row else 1
+
+    def read_audit(self, *, run_id: str | None = None, after_seq: int | None = None,
+                   limit: int | None = None) -> list[AuditEntry]:
+        where, args = ["seq > ?"], [int(after_seq or 0)]
+        if run_id is not None:
+            where.append("run_id = ?")
+            args.append(run_id)
+        sql = f"SELECT {', '.join(_AUDIT_COLS)} FROM audit WHERE {' AND '.join(where)} ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        return [_audit(r) for r in self._conn().execute(sql, args).fetchall()]
+
+    def audit_high_water(self) -> int:
+        row = self._conn().execute("SELECT seq FROM sqlite_sequence WHERE name = 'audit'").fetchone()
+        return int(row[0]) if row else 0
+
+
+def _run_key(conn: sqlite3.Connection, run_id: str) -> int:
+    row = conn.execute("SELECT run_key FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    if row is None:
+        raise NotFoundError(f"no run {run_id!r} in this store; `rlcockpit runs` lists them",
+                            details={"run_id": run_id})
+    return int(row[0])
+
+
+def _user(row: Sequence[Any]) -> UserRecord:
+    return UserRecord(**dict(zip(_USER_COLS, row, strict=True)))
+
+
+def _ticket_value(column: str, value: Any) -> Any:
+    if column in _TICKET_JSON:
+        return None if value is None and column != "value" else _dumps(value)
+    return value
+
+
+def _ticket(row: Sequence[Any]) -> TicketRecord:
+    data = dict(zip(_TICKET_COLS, row, strict=True))
+    for column in _TICKET_JSON:
+        if data[column] is not None:
+            data[column] = json.loads(data[column])
+    return TicketRecord(**data)
+
+
+def _audit(row: Sequence[Any]) -> AuditEntry:
+    data = dict(zip(_AUDIT_COLS, row, strict=True))
+    data["details"] = json.loads(data["details"])
+    return AuditEntry(**data)
