@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import queue
@@ -21,7 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from typing import Any, TextIO
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from rlcockpit.diagnostics.base import severity_rank
 from rlcockpit.diagnostics.config import PolicyConfig, WebhookConfig
@@ -42,6 +43,17 @@ def redact_url(url: str) -> str:
     except ValueError:
         return "<invalid url>"
     return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def split_userinfo(url: str) -> tuple[str, dict[str, str]]:
+    """``http://user:pw@host/p`` → (``http://host/p``, Basic auth header): urllib cannot send
+    user info itself."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, {}
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()).decode()
+    return urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
 
 
 def finding_line(f: FindingRecord) -> str:
@@ -134,9 +146,9 @@ class WebhookNotifier:
 
     def _post(self, body: bytes) -> str | None:
         """One attempt; None when delivered, else a short reason (never the full URL)."""
-        request = urllib.request.Request(self.config.url, data=body, method="POST",
-                                         headers={"Content-Type": "application/json",
-                                                  "User-Agent": "rlcockpit-webhook"})
+        url, headers = split_userinfo(self.config.url)
+        headers.update({"Content-Type": "application/json", "User-Agent": "rlcockpit-webhook"})
+        request = urllib.request.Request(url, data=body, method="POST", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
                 status = response.status

@@ -14,15 +14,17 @@ goes on.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from rlcockpit.diagnostics import Engine
+from rlcockpit.diagnostics import Engine, snapshots
 from rlcockpit.diagnostics.config import DiagnosticsConfig
 from rlcockpit.diagnostics.policy import Action, Policy
 from rlcockpit.records import FindingRecord, SampleRecord
@@ -139,6 +141,13 @@ class Diagnosis:
         self.telemetry.event(ctx.step, "action", payload)
         return payload
 
+    def firing_reads(self, trigger: str) -> list[str]:
+        """Catalog names read by the trigger and by every detector firing now (the metric window)."""
+        if self.engine is None:
+            return []
+        firing = {trigger} | {name for name, _ in self.engine.active()}
+        return sorted({r for det in self.engine.detectors if det.name in firing for r in det.reads})
+
     def close(self) -> None:
         if self.notifier is not None:
             self.notifier.close()
@@ -178,6 +187,75 @@ def _checkpoint(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
     return {"checkpoint": ctx.trainer.checkpoint(ctx.step, "incident")}
 
 
+def _save_batch(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
+    samples = ctx.diagnosis.step_samples.get(action.step, [])
+    payload = snapshots.batch_payload(action.finding, samples)
+    ctx.diagnosis.telemetry.snapshot(action.step, "batch", payload, incident=action.incident)
+    return {"snapshot": "batch", "samples": len(payload["batch"]), "bytes": snapshots.size_of(payload)}
+
+
+def _snapshot(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
+    d = ctx.diagnosis
+    payload = snapshots.diagnostic_payload(
+        action.finding, d.gradstats.window() if d.gradstats is not None else None,
+        d.step_samples.get(action.step, []), list(d.last_samples),
+        snapshots.metric_window(d.history, d.firing_reads(action.detector)), d.run_config)
+    d.telemetry.snapshot(action.step, "diagnostic", payload, incident=action.incident)
+    return {"snapshot": "diagnostic", "bytes": snapshots.size_of(payload),
+            "grad_steps": len(payload["grad_norm_hist"]["steps"])}
+
+
+def _rollback(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
+    """Back to the last checkpoint taken before the incident's first step, loaded in-process."""
+    first = ctx.diagnosis.incident_first_step.get(action.incident, action.step)
+    path = checkpoint_before(ctx.trainer, first)
+    if path is None:
+        ctx.trainer.stop_requested = True  # nothing healthy to go back to: stop rather than go on
+        return {"rolled_back": False, "incident_first_step": first, "stopped": True,
+                "reason": f"no checkpoint of this run before step {first}"}
+    to_step = restore(ctx.trainer, path)
+    return {"rolled_back": True, "mode": "in-process", "checkpoint": str(path), "to_step": to_step,
+            "incident_first_step": first, "resume": f"rlcockpit train --resume {path}"}
+
+
 _HANDLERS: dict[str, Callable[[Action, ActionContext], Mapping[str, Any]]] = {
-    "alert": _alert, "pause": _pause, "stop": _stop, "checkpoint": _checkpoint,
+    "alert": _alert, "save_batch": _save_batch, "snapshot": _snapshot, "checkpoint": _checkpoint,
+    "pause": _pause, "stop": _stop, "rollback": _rollback,
 }
+
+
+# --------------------------------------------------------------------------- rollback
+
+
+def checkpoint_before(trainer: Any, first_step: int) -> Path | None:
+    """The newest complete checkpoint of this run taken at a step < ``first_step`` (from disk, so
+    checkpoints of an earlier process of a resumed run count too)."""
+    from rlcockpit.trainer.checkpoint import STATE_FILE, checkpoint_dir
+
+    run_dir = checkpoint_dir(trainer.cfg.checkpoint.dir, trainer.telemetry.run_id, 0).parent
+    best: tuple[int, Path] | None = None
+    for d in run_dir.glob("step_*"):
+        try:
+            step = int(json.loads((d / "meta.json").read_text(encoding="utf-8"))["step"])
+        except (OSError, ValueError, KeyError):
+            continue  # a half-written or foreign directory is not a checkpoint
+        if (d / STATE_FILE).is_file() and step < first_step and (best is None or step > best[0]):
+            best = (step, d)
+    return best[1] if best else None
+
+
+def restore(trainer: Any, path: Path) -> int:
+    """Load a checkpoint's full state into the running trainer (weights, optimizers, controllers,
+    normalisers, RNGs, data cursor); ``latest`` then names it, so ``--resume latest`` continues
+    from the healthy state. Returns the step it goes back to."""
+    from rlcockpit.trainer.checkpoint import load_state
+    from rlcockpit.trainer.models import load_causal_lm
+
+    state = load_state(path)
+    fresh = load_causal_lm(path / "actor")
+    trainer.c.actor.load_state_dict(fresh.state_dict())
+    trainer.resume_from = path  # load_state_dict reads the critic from resume_from
+    trainer.load_state_dict(state)
+    trainer.last_checkpoint = str(path)
+    (path.parent.parent / "latest").write_text(str(path.resolve()), encoding="utf-8")
+    return int(state["step"])

@@ -16,6 +16,7 @@ from torch import nn
 
 from rlcockpit.metrics.rl import entropy_from_logits, logprobs_from_logits
 from rlcockpit.trainer.config import TrainConfig
+from rlcockpit.trainer.gradstats import GradStats
 from rlcockpit.trainer.live import LiveParams
 from rlcockpit.trainer.losses import entropy_bonus, kl_loss, policy_loss, value_loss
 from rlcockpit.trainer.optim import (
@@ -38,6 +39,9 @@ class Updater:
         self.critic_opt = (GuardedOptimizer(critic, cfg.optim, cfg.optim.critic_lr, split_embedding=False)
                            if critic is not None else None)
         self.generator = torch.Generator().manual_seed(cfg.seed + 1)
+        # gradient ring buffer for diagnostic snapshots (one number per layer per minibatch)
+        self.gradstats = GradStats.for_models(actor, critic, self.actor_opt.groups.by_layer, cfg.seed) \
+            if cfg.diagnostics.enabled else None
 
     def set_lrs(self, step: int, live: LiveParams) -> None:
         o = self.cfg.optim
@@ -55,6 +59,8 @@ class Updater:
         acc: dict[str, list[float]] = defaultdict(list)
         before_actor = flat_params(self.actor)
         before_critic = flat_params(self.critic) if self.critic is not None else None
+        if self.gradstats is not None:
+            self.gradstats.begin_step()
         for epoch in range(live.ppo_epochs):
             order = torch.randperm(state.size, generator=self.generator)
             for idx in order.split(self.cfg.ppo.minibatch_size):
@@ -63,6 +69,8 @@ class Updater:
                     self._critic_minibatch(state, idx, live, acc)
             if on_epoch is not None:
                 on_epoch(epoch + 1, live.ppo_epochs)
+        if self.gradstats is not None:
+            self.gradstats.end_step(state.step)
         stats = reduce_stats(acc)
         stats["update/ratio/actor"] = update_ratio(before_actor, self.actor)
         if before_critic is not None:
@@ -86,6 +94,8 @@ class Updater:
             loss = loss + state.kl_coef * kl_loss(new_logprobs, state.ref_logprobs[idx], mask,
                                                   self.cfg.kl.estimator)
         grads = self.actor_opt.step(loss, live.grad_clip_actor, live.grad_clip_embedding)
+        if self.gradstats is not None:
+            self.gradstats.after_actor(grads)
         acc["policy/loss"].append(float(pg_loss.detach()))
         acc["policy/clip_frac"].append(pstats["clip_frac"])
         acc["policy/ratio_mean"].append(pstats["ratio_mean"])
@@ -103,6 +113,8 @@ class Updater:
         clip = live.value_clip if live.value_clip > 0 else None
         v_loss, v_clip_frac = value_loss(values, state.values[idx], state.value_targets[idx], mask, clip)
         grads = self.critic_opt.step(self.cfg.ppo.vf_coef * v_loss, live.grad_clip_critic, 0.0)  # type: ignore[union-attr]
+        if self.gradstats is not None:
+            self.gradstats.after_critic(grads)
         acc["value/loss"].append(float(v_loss.detach()))
         acc["value/clip_frac"].append(v_clip_frac)
         _record_grads(acc, grads, "critic", layers=False)
