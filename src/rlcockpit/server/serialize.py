@@ -23,9 +23,11 @@ def series_dict(series: Series) -> dict[str, Any]:
             "wall_times": finite(series.wall_times), "downsampled": series.downsampled}
 
 
-def sample_dict(sample: SampleRecord, *, token_arrays: bool) -> dict[str, Any]:
-    """SampleRecord fields plus ``has_token_arrays``; the arrays only when asked for."""
-    has_arrays = sample.has_token_arrays
+def sample_dict(sample: SampleRecord, *, token_arrays: bool, has_arrays: bool | None = None
+                ) -> dict[str, Any]:
+    """SampleRecord fields plus ``has_token_arrays`` (``has_arrays`` when the store said so,
+    else from the record); the arrays only when asked for."""
+    has_arrays = sample.has_token_arrays if has_arrays is None else has_arrays
     out = to_dict(sample if token_arrays else sample.without_token_arrays())
     if not token_arrays:
         for key in TOKEN_ARRAYS:

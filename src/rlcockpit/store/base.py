@@ -60,6 +60,8 @@ class SamplePage:
     total: int
     offset: int
     limit: int
+    # per item: whether the store holds its token arrays (also when the page left them out)
+    has_token_arrays: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True)

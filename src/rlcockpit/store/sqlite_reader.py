@@ -168,7 +168,9 @@ class SqliteReader:
         total, page = self._guard(run)
         width = len(rows.SAMPLE_COLUMNS)
         items = tuple(rows.sample_from_row(r[:width], r[width:]) for r in page)
-        return SamplePage(items=items, total=total, offset=query.offset, limit=query.limit)
+        has_arrays = rows.SAMPLE_COLUMNS.index("has_token_arrays")
+        return SamplePage(items=items, total=total, offset=query.offset, limit=query.limit,
+                          has_token_arrays=tuple(bool(r[has_arrays]) for r in page))
 
     def get_sample(self, run_id: str, step: int, sample_id: int) -> SampleRecord:
         key = self._run_key(run_id)

@@ -51,8 +51,10 @@ def samples(
                         order=order, limit=limit, offset=offset,
                         include_token_arrays=token_arrays)
     page = reader.query_samples(run, query)
-    return json_response({"items": [sample_dict(s, token_arrays=token_arrays) for s in page.items],
-                          "total": page.total, "offset": page.offset, "limit": page.limit})
+    flags_of = page.has_token_arrays or (None,) * len(page.items)
+    items = [sample_dict(s, token_arrays=token_arrays, has_arrays=has)
+             for s, has in zip(page.items, flags_of, strict=True)]
+    return json_response({"items": items, "total": page.total, "offset": page.offset, "limit": page.limit})
 
 
 @router.get("/samples/{step}/{sample_id}", summary="One sample with its per-token arrays "
