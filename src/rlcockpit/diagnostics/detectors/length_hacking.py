@@ -1,0 +1,198 @@
+"""Length hacking: responses grow longer to earn reward, or run into the length limit (001 Q6).
+
+Failure mode: the reward model prefers longer answers, so the policy pads: the mean length grows
+steadily and does not converge even when the reward stops rising; answers hit the maximum length
+and are truncated (the model "does not want to stop"); a minority becomes abnormally long.
+Signal, key "length": ``response/length_mean`` — a Mann–Kendall trend over the last
+``trend_window`` (30) steps with the relative growth between the medians of its first and last 5
+values, or the mean of the last ``recent`` (3) steps as a robust z against the ``window`` (20)
+steps before (a fast rise).
+Key "truncation": ``response/truncated_frac`` — its recent mean against the reference median.
+Key "distribution" (samples): this step's sample lengths against the pooled lengths of the
+reference steps: a two-sample KS test with the median shifted right, a long tail (share of
+lengths above ``tail_factor`` × the reference 95th percentile), or a second mode appearing (Sarle's
+bimodality coefficient crossing 5/9 while the reference stays below).
+Default thresholds: "length" yellow when (trend z ≥ ``z_trend`` = 3 or fast z ≥ ``z_jump`` = 5)
+and the growth ≥ ``growth`` (0.25), orange when the growth ≥ ``growth_orange`` (0.6) or the
+truncation condition holds too; "truncation" yellow when the recent truncated share ≥
+``trunc_min`` (0.15) and ≥ ``trunc_rise`` (0.1) above the reference, orange when the length grows
+as well; "distribution" yellow when KS p < ``ks_p`` (1e-4) with D ≥ ``ks_d`` (0.25) and the
+median ≥ 1.2× the reference median, or the tail share ≥ ``tail_share`` (0.1), or the bimodality
+coefficient crosses 5/9 from a reference median below 5/9 − 0.15 — each for ``dist_steps`` (3)
+steps in a row. Judged after ``warmup`` (10) reference steps.
+False positives: a curriculum moving to harder prompts (longer answers are right); a changed
+``rollout/max_new_tokens`` (truncation moves with it).
+Fix: add a length penalty or normalise the reward by length, retrain the reward model with
+length-controlled pairs, strengthen the KL constraint; check the truncated samples' endings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlcockpit.config import Config, option
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._reward_stats import (
+    BC_UNIFORM,
+    Lagged,
+    bimodality_coefficient,
+    sample_values,
+)
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import Streak, Window, mann_kendall, relative_growth
+from rlcockpit.metrics.ks import ks_2samp
+
+
+@dataclass(frozen=True)
+class LengthHackingConfig(Config):
+    z_trend: float = option(3.0, help="Mann–Kendall Z of the length that counts as a rising trend.",
+                            range=(0.5, 1e6))
+    z_jump: float = option(5.0, help="Robust z of the recent mean length that counts as a fast "
+                           "rise.", range=(1.0, 1e6))
+    growth: float = option(0.25, help="Relative growth needed for yellow (0.25 = +25%).",
+                           range=(0.0, 1e6))
+    growth_orange: float = option(0.6, help="Relative growth that makes it orange.",
+                                  range=(0.0, 1e6))
+    trend_window: int = option(30, help="Steps of the trend test.", range=(5, 10_000))
+    window: int = option(20, help="Reference window (steps before the recent ones).",
+                         range=(3, 10_000))
+    recent: int = option(3, help="Steps averaged as the current level.", range=(1, 100))
+    warmup: int = option(10, help="Reference steps needed before judging.", range=(3, 10_000))
+    trunc_min: float = option(0.15, help="Truncated share needed for the truncation condition.",
+                              range=(0.0, 1.0))
+    trunc_rise: float = option(0.1, help="... and its rise over the reference median.",
+                               range=(0.0, 1.0))
+    ks_p: float = option(1e-4, help="Distribution: KS p-value below which lengths shifted.",
+                         range=(0.0, 1.0))
+    ks_d: float = option(0.25, help="Distribution: smallest KS statistic D.", range=(0.0, 1.0))
+    tail_factor: float = option(2.0, help="Distribution: 'long' is above this × the reference "
+                                "95th percentile.", range=(1.0, 1e6))
+    tail_share: float = option(0.1, help="Distribution: share of long samples that counts.",
+                               range=(0.0, 1.0))
+    dist_steps: int = option(3, help="Distribution: steps in a row the shape change must hold.",
+                             range=(1, 1000))
+
+
+@register
+class LengthHacking(Detector):
+    name = "length_hacking"
+    family = "length_hacking"
+    reads = ("response/length_mean", "response/truncated_frac")
+    reads_samples = True
+    patterns = ("length_hacking", "truncation_rise")
+    signal = "response length"
+    Config = LengthHackingConfig
+
+    def __init__(self, config: LengthHackingConfig | None = None) -> None:
+        super().__init__(config)
+        cfg = self.config
+        self._length = Lagged(cfg.window, cfg.recent)
+        self._trend = Window(cfg.trend_window)
+        self._trunc = Lagged(cfg.window, cfg.recent)
+        self._dist = LengthShape(cfg)
+
+    def update(self, view: StepView) -> list[Condition] | object:
+        if view.get("response/length_mean") is None and not view.samples:
+            return SKIPPED
+        cfg = self.config
+        self._length.push(view.finite("response/length_mean"), view.step)
+        self._trend.push(view.finite("response/length_mean"), view.step)
+        self._trunc.push(view.finite("response/truncated_frac"), view.step)
+        trunc = self._truncation() if self._trunc.ready(cfg.warmup) else None
+        length = self._growth(trunc is not None) if self._length.ready(cfg.warmup) else None
+        if trunc is not None and length is not None:
+            trunc = Condition("orange", trunc.message, trunc.evidence, key=trunc.key,
+                              message_zh=trunc.message_zh)
+        dist = self._dist.update(view)
+        return [c for c in (length, trunc, dist) if c is not None]
+
+    def _growth(self, truncating: bool) -> Condition | None:
+        cfg = self.config
+        ref = self._length.median
+        now = float(self._length.recent.mean())
+        z = self._length.z(max(0.02 * abs(ref), 1e-9))
+        trend = mann_kendall(self._trend.values) if self._trend.full else None
+        trend_growth = relative_growth(self._trend.values, k=5) if trend is not None else 0.0
+        fast_growth = now / ref - 1.0 if ref > 0 else 0.0
+        rising = (trend is not None and trend.z >= cfg.z_trend and trend_growth >= cfg.growth)
+        jumped = z >= cfg.z_jump and fast_growth >= cfg.growth
+        if not (rising or jumped):
+            return None
+        growth = max(trend_growth if rising else 0.0, fast_growth if jumped else 0.0)
+        severity = "orange" if growth >= cfg.growth_orange or truncating else "yellow"
+        onset = int(self._trend.steps[0]) if rising else self._length.onset(lambda v: v > ref)
+        evidence = {"length_now": now, "length_reference": ref, "growth": growth,
+                    "trend_z": trend.z if trend else None, "trend_window": cfg.trend_window,
+                    "z": z, "growth_threshold": cfg.growth, "truncating": truncating,
+                    "signal": "response length", "onset_step": onset}
+        return Condition(severity, f"response length grew {growth:+.0%} (now {now:.1f}, was "
+                         f"{ref:.1f}){' with more truncation' if truncating else ''}", evidence,
+                         key="length", message_zh=f"回答长度增长 {growth:+.0%}（现在 {now:.1f}，"
+                         f"此前 {ref:.1f}）")
+
+    def _truncation(self) -> Condition | None:
+        cfg = self.config
+        ref = self._trunc.median
+        now = float(self._trunc.recent.mean())
+        if now < cfg.trunc_min or now - ref < cfg.trunc_rise:
+            return None
+        evidence = {"truncated_frac": now, "reference": ref, "threshold": cfg.trunc_min,
+                    "rise_threshold": cfg.trunc_rise, "signal": "truncation",
+                    "onset_step": self._trunc.onset(lambda v: v - ref >= cfg.trunc_rise)}
+        return Condition("yellow", f"{now:.0%} of responses truncated at the length limit (was "
+                         f"{ref:.0%})", evidence, key="truncation",
+                         message_zh=f"{now:.0%} 的回答被截断（此前 {ref:.0%}）")
+
+
+class LengthShape:
+    """The sample part of :class:`LengthHacking`: this step's lengths against the reference."""
+
+    def __init__(self, cfg: LengthHackingConfig) -> None:
+        self.cfg = cfg
+        self._pending: deque[np.ndarray] = deque(maxlen=cfg.recent)
+        self._pool: deque[np.ndarray] = deque(maxlen=cfg.window)
+        self._bcs: deque[float] = deque(maxlen=cfg.window)
+        self._streak = Streak()
+
+    def update(self, view: StepView) -> Condition | None:
+        lengths = sample_values(view.samples, "length")
+        if lengths.size < 8 or not np.any(lengths > 0):
+            return None  # no samples (or no lengths recorded): the distribution part is skipped
+        found = self._judge(lengths) if len(self._pool) >= self.cfg.warmup else None
+        if len(self._pending) == self._pending.maxlen:
+            self._pool.append(self._pending[0])
+            self._bcs.append(bimodality_coefficient(self._pending[0]))
+        self._pending.append(lengths)
+        held = self._streak.update(found is not None, view.step)
+        if found is None or held < self.cfg.dist_steps:
+            return None
+        found.update(signal="length distribution", onset_step=self._streak.onset, steps=held)
+        return Condition("yellow", f"response length distribution changed: {found['why']}",
+                         found, key="distribution",
+                         message_zh=f"回答长度分布变化：{found['why']}")
+
+    def _judge(self, lengths: np.ndarray) -> dict | None:
+        cfg = self.cfg
+        ref = np.concatenate(list(self._pool))
+        d, p = ks_2samp(lengths, ref)
+        med, ref_med = float(np.median(lengths)), float(np.median(ref))
+        p95 = float(np.percentile(ref, 95))
+        tail = float(np.mean(lengths > cfg.tail_factor * p95))
+        bc = bimodality_coefficient(lengths)
+        bcs = [b for b in self._bcs if math.isfinite(b)]
+        ref_bc = float(np.median(bcs)) if bcs else math.nan
+        evidence = {"ks_d": d, "ks_p": p, "median": med, "reference_median": ref_med,
+                    "tail_share": tail, "reference_p95": p95, "bimodality": bc,
+                    "reference_bimodality": ref_bc}
+        if p < cfg.ks_p and d >= cfg.ks_d and med >= 1.2 * ref_med:
+            return {**evidence, "why": f"median {med:.0f} vs {ref_med:.0f} (KS p {p:.1e})"}
+        if tail >= cfg.tail_share:
+            return {**evidence, "why": f"{tail:.0%} of lengths above {cfg.tail_factor:g}× the "
+                    f"reference 95th percentile {p95:.0f}"}
+        if math.isfinite(bc) and bc > BC_UNIFORM and ref_bc < BC_UNIFORM - 0.15:
+            return {**evidence, "why": f"bimodal (coefficient {bc:.2f}, reference {ref_bc:.2f})"}
+        return None
