@@ -9,8 +9,10 @@ and its level moved less than ``reward_sigmas`` noise standard deviations (media
 ``k`` vs the first ``k``), *and* ``kl/mean`` is flat (relative range < ``kl_range``, or it stayed
 below ``kl_floor`` — "KL stuck near 0", 001 Q25). Heartbeat: :meth:`tick` with no new step for
 ``heartbeat_s`` seconds.
-Default thresholds: window 50 steps, k 10, reward moved < 0.5 σ, KL relative range < 0.2 or KL
-< 1e-3 nats per sequence → yellow (key "flat"); no step for 600 s → red (key "heartbeat").
+Default thresholds: window 50 steps, k 10, reward moved < 1 σ (the difference of two medians of
+10 noisy values alone has a spread of ~0.56 σ), KL relative range < 0.2 or KL
+< 1e-3 nats per sequence → yellow (key "flat"). Once flagged, the reward must move clearly to clear
+it (hysteresis: 2 σ, p < 0.005), so a stall does not flicker on and off with the noise; no step for 600 s → red (key "heartbeat").
 False positives: a run that has converged (reward at its ceiling: the KL still moves then);
 slow steps of a big model (raise ``heartbeat_s``; 0 turns the heartbeat off).
 Fix: the "perturbation test" of 001 Q25: lower β or raise the learning rate for a while and watch
@@ -35,7 +37,7 @@ class StallConfig(Config):
     window: int = option(50, help="Steps judged for flatness.", range=(10, 100000))
     k: int = option(10, help="Values whose median is the window's start / end level.",
                     range=(1, 10000))
-    reward_sigmas: float = option(0.5, help="Flat when the reward level moved less than this × "
+    reward_sigmas: float = option(1.0, help="Flat when the reward level moved less than this × "
                                   "its standard deviation in the window.", range=(0.0, 1e6))
     p_min: float = option(0.05, help="... and its Mann–Kendall p-value is above this.",
                           range=(0.0, 1.0))
@@ -64,6 +66,7 @@ class Stall(Detector):
         super().__init__(config)
         self._reward = Window(self.config.window)
         self._kl = Window(self.config.window)
+        self._flat = False
 
     def update(self, view: StepView) -> Condition | object | None:
         if view.get("reward/mean") is None or view.get("kl/mean") is None:
@@ -79,7 +82,11 @@ class Stall(Detector):
         p = mann_kendall(reward).p
         kl_rr = relative_range(kl, eps=1e-12)
         kl_flat = kl_rr < cfg.kl_range or float(np.max(np.abs(kl))) < cfg.kl_floor
-        if moved >= cfg.reward_sigmas * sigma or p <= cfg.p_min or not kl_flat:
+        # hysteresis: entering needs < reward_sigmas; leaving needs a clear move (2× / p/10)
+        widen = 2.0 if self._flat else 1.0
+        p_min = cfg.p_min / 10 if self._flat else cfg.p_min
+        self._flat = moved < widen * cfg.reward_sigmas * sigma and p > p_min and kl_flat
+        if not self._flat:
             return None
         evidence = {"reward_moved": moved, "reward_std": sigma, "reward_trend_p": p,
                     "kl_relative_range": kl_rr, "kl_max": float(np.max(kl)),

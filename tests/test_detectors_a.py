@@ -1,0 +1,344 @@
+"""Detectors A (KL, entropy, PPO health, critic, gradients, system): synthetic streams that must and
+must not fire, with the expected severity and step; recorded healthy runs raise no red/black."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rlcockpit.diagnostics import SKIPPED, DiagnosticsConfig, Engine, StepView, registry
+from rlcockpit.errors import ConfigError
+from streams import HEALTHY, load_stream
+
+MINE = ("kl_tiers", "kl_token_spike", "kl_trend", "kl_zero", "entropy", "critic", "clip_band",
+        "ppo_epoch_kl", "gradients", "update_ratio", "stall", "memory")
+
+
+def make(name: str, **overrides):
+    cls = registry.get(name)
+    return cls(cls.Config(**overrides))
+
+
+def run(det, rows):
+    """Feed ``rows`` (list of metric dicts, step = index); return [(step, [conditions])]."""
+    out = []
+    for step, metrics in enumerate(rows):
+        result = det.update(StepView(step, metrics))
+        if result is SKIPPED:
+            out.append((step, SKIPPED))
+        elif result is None:
+            out.append((step, []))
+        else:
+            out.append((step, [result] if hasattr(result, "severity") else list(result)))
+    return out
+
+
+def first(det, rows, severity=None, key=None):
+    """(step, condition) of the first condition matching severity/key, or (None, None)."""
+    for step, conds in run(det, rows):
+        if conds is SKIPPED:
+            continue
+        for c in conds:
+            if (severity is None or c.severity == severity) and (key is None or c.key == key):
+                return step, c
+    return None, None
+
+
+def fired(det, rows):
+    return [c for _, conds in run(det, rows) if conds is not SKIPPED for c in conds]
+
+
+def noisy(level, n, scale, seed=0):
+    return list(level + np.random.default_rng(seed).normal(scale=scale, size=n))
+
+
+# ---------------------------------------------------------------------------- KL tiers
+
+
+def test_kl_tiers_yellow_after_three_steps_red_after_two_black_at_once():
+    rows = [{"kl/mean": 0.5}] * 20 + [{"kl/mean": 1.8}] * 5 + [{"kl/mean": 3.0}] * 3
+    step, cond = first(make("kl_tiers"), rows, "yellow")
+    assert step == 22 and cond.evidence["onset_step"] == 20
+    step, cond = first(make("kl_tiers"), rows, "red")
+    assert step == 26 and cond.evidence["ratio"] == pytest.approx(3.0)
+    step, cond = first(make("kl_tiers"), [{"kl/mean": 0.5}, {"kl/mean": 12.0}], "black")
+    assert step == 1 and cond.evidence["threshold"] == 10.0
+
+
+def test_kl_tiers_uses_the_logged_target_and_ignores_single_noisy_steps():
+    rows = [{"kl/mean": 0.1, "kl/target": 0.05}] * 3  # 2× a logged target of 0.05
+    assert first(make("kl_tiers"), rows, "yellow")[0] == 2
+    calm = [{"kl/mean": 1.2}] * 10 + [{"kl/mean": 3.0}] + [{"kl/mean": 1.0}] * 5
+    assert fired(make("kl_tiers"), calm) == []
+    assert run(make("kl_tiers"), [{"reward/mean": 1.0}])[0][1] is SKIPPED
+
+
+def test_kl_tiers_config_is_validated():
+    with pytest.raises(ConfigError, match="red_ratio"):
+        make("kl_tiers", yellow_ratio=3.0, red_ratio=2.0)
+
+
+# ---------------------------------------------------------------------------- token spike
+
+
+def test_kl_token_spike_orange_at_the_spike_held_as_one_finding():
+    rows = [{"kl/token_max": 3.0}] * 10 + [{"kl/token_max": 25.0}] + [{"kl/token_max": 3.0}] * 12
+    out = run(make("kl_token_spike"), rows)
+    hit = [s for s, conds in out if conds]
+    assert hit[0] == 10 and hit[-1] == 19  # held for ``hold`` = 10 steps, then quiet
+    cond = out[10][1][0]
+    assert cond.severity == "orange" and cond.evidence["value"] == 25.0
+    assert cond.evidence["step"] == 10
+
+
+def test_kl_token_spike_quiet_below_threshold():
+    assert fired(make("kl_token_spike"), [{"kl/token_max": v} for v in (5.0, 15.0, 19.9)]) == []
+
+
+# ---------------------------------------------------------------------------- KL trend
+
+
+def _rise(per_step, n=40):
+    noise = np.random.default_rng(1).normal(scale=0.05, size=n)
+    return [{"kl/mean": 0.3 + per_step * t + e} for t, e in enumerate(noise)]
+
+
+def test_kl_trend_yellow_on_a_steady_rise_orange_on_a_steep_one():
+    step, cond = first(make("kl_trend"), _rise(0.05), "yellow")
+    assert step == 29  # the first full window: medians 25 steps apart, +1.25 targets
+    assert cond.evidence["p_value"] < 0.01 and 1.0 < cond.evidence["rise_targets"] < 2.0
+    assert first(make("kl_trend"), _rise(0.05), "orange") == (None, None)
+    assert first(make("kl_trend"), _rise(0.1), "orange")[0] == 29
+
+
+def test_kl_trend_quiet_on_noise_and_on_a_rise_smaller_than_the_target():
+    flat = [{"kl/mean": v} for v in noisy(0.5, 60, 0.2)]
+    assert fired(make("kl_trend"), flat) == []
+    start = [{"kl/mean": v} for v in np.linspace(0.0, 0.6, 60)]  # healthy start from ~0
+    assert fired(make("kl_trend"), start) == []
+
+
+# ---------------------------------------------------------------------------- KL zero
+
+
+def test_kl_zero_red_when_kl_vanishes_after_being_positive():
+    rows = [{"kl/mean": v, "kl/token_max": 2.0} for v in noisy(0.3, 15, 0.05)]
+    rows += [{"kl/mean": 0.0, "kl/token_max": 0.0}] * 3
+    step, cond = first(make("kl_zero"), rows, "red")
+    assert step == 16 and cond.evidence["onset_step"] == 15
+    assert "reference model may be a copy of the actor" in cond.message
+
+
+def test_kl_zero_quiet_at_the_start_of_a_run_and_for_small_kl():
+    start = [{"kl/mean": 0.0, "kl/token_max": 0.0}] * 5 + [{"kl/mean": 0.2}] * 10
+    assert fired(make("kl_zero"), start) == []
+    small = [{"kl/mean": 0.01, "kl/token_max": 0.5}] * 20  # low but not zero
+    assert fired(make("kl_zero"), small) == []
+
+
+# ---------------------------------------------------------------------------- entropy
+
+
+def test_entropy_collapse_orange_then_red():
+    ent = noisy(2.5, 20, 0.05) + list(np.linspace(2.4, 0.2, 15)) + [0.2] * 10
+    rows = [{"policy/entropy": v} for v in ent]
+    step_o, cond = first(make("entropy"), rows, "orange", "collapse")
+    step_r, _ = first(make("entropy"), rows, "red", "collapse")
+    assert 25 < step_o < step_r < 40
+    assert cond.evidence["drop"] > 0.5
+
+
+def test_entropy_healthy_decline_is_quiet_and_blowup_is_orange():
+    healthy = [{"policy/entropy": v} for v in np.linspace(3.0, 2.4, 80)]  # 001 Q4's example
+    assert fired(make("entropy"), healthy) == []
+    blow = [{"policy/entropy": v} for v in noisy(0.3, 20, 0.02) + [1.5] * 10]
+    step, cond = first(make("entropy"), blow, "orange", "blowup")
+    assert step == 22  # the recent median (k=5) crosses 3× once three of five values are high
+    assert cond.evidence["ratio"] > 3
+
+
+# ---------------------------------------------------------------------------- critic
+
+
+def _critic_rows(n, loss=0.2, seed=0, **extra):
+    rng = np.random.default_rng(seed)
+    return [{"value/loss": float(loss * math.exp(rng.normal(scale=0.2))), "value/mean": 0.1,
+             "returns/mean": 0.2, "advantage/std": 0.6, "advantage/abs_median": 0.5, **extra}
+            for _ in range(n)]
+
+
+def test_critic_divergence_red_on_spike_and_nan():
+    rows = _critic_rows(20)
+    rows[15] = {**rows[15], "value/loss": 50.0}
+    step, cond = first(make("critic"), rows, "red", "divergence")
+    assert step == 15 and cond.evidence["ratio"] > 100
+    rows = _critic_rows(5) + [{"value/loss": math.nan}]
+    assert first(make("critic"), rows, "red", "divergence")[0] == 5
+
+
+def test_critic_quiet_on_a_healthy_loss_and_skipped_without_a_critic():
+    assert fired(make("critic"), _critic_rows(80, seed=3)) == []
+    grpo = [{"policy/loss": 0.1, "kl/mean": 0.2}] * 3
+    assert all(conds is SKIPPED for _, conds in run(make("critic"), grpo))
+
+
+def test_critic_overfit_and_value_shift_are_yellow():
+    rows = _critic_rows(10) + _critic_rows(10, loss=0.001, **{"advantage/abs_median": 0.01})
+    step, cond = first(make("critic"), rows, "yellow", "overfit")
+    assert step == 14 and cond.evidence["onset_step"] == 10
+    shifted = _critic_rows(10) + _critic_rows(15, **{"value/mean": 2.0})
+    step, cond = first(make("critic"), shifted, "yellow", "shift")
+    assert step is not None and 14 <= step <= 20 and cond.evidence["gap_sigmas"] > 1.5
+
+
+# ---------------------------------------------------------------------------- clip band
+
+
+def test_clip_band_high_yellow_very_high_orange_low_yellow_after_warmup():
+    assert first(make("clip_band"), [{"policy/clip_frac": 0.35}] * 12, "yellow")[0] == 9
+    step, cond = first(make("clip_band"), [{"policy/clip_frac": 0.1}] * 10 +
+                       [{"policy/clip_frac": 0.6}] * 10, "orange")
+    assert step == 15 and cond.evidence["onset_step"] == 10  # median of 10 crosses at the 6th
+    low = [{"policy/clip_frac": 0.0}] * 30
+    assert first(make("clip_band"), low, "yellow", "low")[0] == 20
+
+
+def test_clip_band_quiet_inside_the_band():
+    rows = [{"policy/clip_frac": v} for v in np.clip(noisy(0.15, 50, 0.05), 0, 1)]
+    assert fired(make("clip_band"), rows) == []
+
+
+# ---------------------------------------------------------------------------- PPO epochs
+
+
+def test_ppo_epoch_kl_orange_on_approx_kl_and_on_cycle_growth():
+    rows = [{"policy/approx_kl": 0.001}] * 5 + [{"policy/approx_kl": 0.05, "ppo/epochs": 8}] * 2
+    step, cond = first(make("ppo_epoch_kl"), rows, "orange", "approx_kl")
+    assert step == 6 and cond.evidence["epochs"] == 8
+    rows = [{"kl/cycle_delta": v} for v in noisy(0.4, 15, 0.3)]
+    assert first(make("ppo_epoch_kl"), rows, "orange", "cycle_delta")[0] == 9
+
+
+def test_ppo_epoch_kl_quiet_on_noisy_deltas_around_zero():
+    kl = noisy(0.5, 61, 0.5)  # the trainer's delta is kl/mean[t] − kl/mean[t−1]
+    rows = [{"kl/cycle_delta": b - a, "policy/approx_kl": 3e-4} for a, b in
+            zip(kl[:-1], kl[1:], strict=True)]
+    assert fired(make("ppo_epoch_kl"), rows) == []
+
+
+# ---------------------------------------------------------------------------- gradients
+
+
+def _layers(emb=1.0):
+    return {"grad/norm/layer/embedding": emb, "grad/norm/layer/block_0": 1.0,
+            "grad/norm/layer/block_1": 1.1, "grad/norm/layer/head": 0.05}
+
+
+def test_gradients_explosion_red_vanishing_yellow_layer_orange():
+    rows = [{"grad/norm/actor": v, **_layers()} for v in noisy(1.0, 15, 0.1)]
+    rows.append({"grad/norm/actor": 40.0, **_layers()})
+    step, cond = first(make("gradients"), rows, "red", "explosion/actor")
+    assert step == 15 and cond.evidence["ratio"] > 30
+    vanish = [{"grad/norm/critic": 1e-9}] * 6
+    assert first(make("gradients"), vanish, "yellow", "vanishing/critic")[0] == 4
+    layer = [{"grad/norm/actor": 1.0, **_layers(emb=30.0)}] * 4
+    step, cond = first(make("gradients"), layer, "orange", "layer")
+    assert step == 2 and cond.evidence["layer"] == "embedding"
+
+
+def test_gradients_quiet_on_healthy_norms():
+    rows = [{"grad/norm/actor": v, "grad/norm/critic": v / 2, **_layers(emb=1.5)}
+            for v in np.abs(noisy(1.5, 80, 0.4))]
+    assert fired(make("gradients"), rows) == []
+
+
+# ---------------------------------------------------------------------------- update ratio
+
+
+def test_update_ratio_high_orange_low_yellow_band_quiet():
+    assert first(make("update_ratio"), [{"update/ratio/actor": 0.3}] * 5, "orange",
+                 "high/actor")[0] == 4
+    assert first(make("update_ratio"), [{"update/ratio/critic": 1e-6}] * 5, "yellow",
+                 "low/critic")[0] == 4
+    rows = [{"update/ratio/actor": 7e-4, "update/ratio/critic": 1.5e-3}] * 30
+    assert fired(make("update_ratio"), rows) == []
+
+
+# ---------------------------------------------------------------------------- stall
+
+
+def test_stall_yellow_when_reward_and_kl_are_flat():
+    rows = [{"reward/mean": r, "kl/mean": 0.0} for r in noisy(0.5, 60, 0.05, seed=1)]
+    step, cond = first(make("stall"), rows, "yellow", "flat")
+    assert step == 49 and cond.evidence["kl_max"] == 0.0
+
+
+def test_stall_quiet_when_learning():
+    reward = np.linspace(0.2, 0.8, 80) + np.random.default_rng(2).normal(scale=0.05, size=80)
+    kl = np.linspace(0.05, 0.8, 80)
+    rows = [{"reward/mean": r, "kl/mean": k} for r, k in zip(reward, kl, strict=True)]
+    assert fired(make("stall"), rows) == []
+
+
+def test_stall_heartbeat_red_after_silence():
+    det = make("stall", heartbeat_s=60)
+    assert det.tick(100.0, 50.0) is None
+    cond = det.tick(200.0, 50.0)
+    assert cond.severity == "red" and cond.key == "heartbeat" and cond.evidence["silent_s"] == 150
+    assert make("stall", heartbeat_s=0).tick(1e6, 0.0) is None
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def test_memory_growth_yellow_and_spike_orange():
+    grow = [{"sys/rss_gb": v} for v in np.linspace(0.5, 1.5, 70)]
+    step, cond = first(make("memory"), grow, "yellow", "growth/sys/rss_gb")
+    assert step == 54 and cond.evidence["rise_gb"] > 0.5  # 5 warm-up steps + a full window
+    spike = [{"sys/gpu_mem_gb": v} for v in noisy(4.0, 20, 0.02)] + [{"sys/gpu_mem_gb": 9.0}]
+    step, cond = first(make("memory"), spike, "orange", "spike/sys/gpu_mem_gb")
+    assert step == 20 and cond.evidence["value_gb"] == 9.0
+
+
+def test_memory_quiet_when_flat():
+    rows = [{"sys/rss_gb": v} for v in noisy(0.55, 120, 0.01)]
+    assert fired(make("memory"), rows) == []
+
+
+# ---------------------------------------------------------------------------- shared checks
+
+
+@pytest.mark.parametrize("name", MINE)
+def test_detector_declares_reads_patterns_signal_and_skips_without_inputs(name):
+    cls = registry.get(name)
+    assert cls.reads and cls.patterns and cls.signal and cls.__module__.endswith(name)
+    result = cls().update(StepView(0, {"unrelated/metric": 1.0}))
+    assert result is SKIPPED
+
+
+@pytest.mark.parametrize("run_name", HEALTHY)
+def test_healthy_recorded_runs_raise_no_red_or_black_and_few_yellows(run_name):
+    cfg = DiagnosticsConfig(disabled=tuple(n for n in registry.available() if n not in MINE))
+    engine = Engine.from_config(cfg)
+    findings = []
+    for step, metrics in load_stream(run_name):
+        findings += engine.observe(step, metrics, wall_time=float(step))
+    raised = [f for f in findings if f.status != "resolved"]
+    assert not [f for f in raised if f.severity in ("red", "black")], raised
+    assert len([f for f in raised if f.severity == "yellow"]) <= 2, raised
+    assert not engine.errors
+    if "grpo" in run_name:
+        assert engine.status["critic"] == "skipped"
+
+
+def test_stall_is_one_finding_on_a_long_flat_run_not_a_flicker():
+    only_stall = DiagnosticsConfig(disabled=tuple(n for n in registry.available() if n != "stall"))
+    for seed in range(5):
+        engine = Engine.from_config(only_stall)
+        findings = []
+        for step, r in enumerate(noisy(0.5, 150, 0.05, seed=seed)):
+            findings += engine.observe(step, {"reward/mean": r, "kl/mean": 0.0})
+        assert [(f.status, f.severity) for f in findings] == [("raised", "yellow")], seed
+        assert findings[0].step <= 55
