@@ -8,6 +8,7 @@ import http.server
 import io
 import json
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -293,3 +294,81 @@ def test_console_line_is_coloured_by_severity_and_can_be_turned_off():
     quiet = io.StringIO()
     sent = Notifier(PolicyConfig(console=False), console_file=quiet).notify(finding("red"))
     assert sent == [] and quiet.getvalue() == ""
+
+
+# --------------------------------------------------------------------------- gradient ring buffer
+
+
+def test_layer_entry_variance_equals_torch_var_over_all_entries():
+    from rlcockpit.trainer.gradstats import layer_entry_var
+
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(5))]
+    for p in params:
+        p.grad = torch.randn_like(p) * 3 + 1
+    naive = torch.cat([p.grad.reshape(-1) for p in params]).double().var(unbiased=False)
+    assert layer_entry_var(params) == pytest.approx(float(naive))
+    assert layer_entry_var([torch.nn.Parameter(torch.zeros(2))]) is None  # no gradient yet
+
+
+def test_gradstats_keeps_the_last_100_steps_and_pairs_head_coordinates_per_minibatch():
+    from rlcockpit.trainer.gradstats import GradStats
+    from rlcockpit.trainer.optim import StepGrads
+
+    policy = torch.nn.Parameter(torch.zeros(50))
+    value = torch.nn.Parameter(torch.zeros(8))
+    stats = GradStats({"embedding": [policy], "head": [value]}, policy, value, seed=3, coords=16)
+    assert stats.head_labels()[:1] == [f"policy[{int(stats.policy.idx[0])}]"] and len(stats.head_labels()) == 24
+    for step in range(1, 121):
+        stats.begin_step()
+        for mb in range(2):
+            policy.grad = torch.full((50,), float(step + mb))
+            value.grad = torch.full((8,), -float(step))
+            stats.after_actor(StepGrads(total=float(step), layers={}))
+            stats.after_critic(StepGrads(total=1.0))
+        stats.after_actor(StepGrads(total=math.nan, skipped=True))  # a skipped step is not measured
+        stats.end_step(step)
+    w = stats.window()
+    assert w["steps"] == list(range(21, 121)) and w["grad_norm"][-1] == 120.0
+    assert w["layers"] == ["embedding", "head"] and w["layer_var"][-1] == [0.0, 0.0]
+    assert len(w["head_rows"]) == 64 and len(w["head_rows"][-1]) == 24
+    assert w["head_rows"][-1][:16] == [121.0] * 16 and w["head_rows"][-1][16:] == [-120.0] * 8
+
+
+# --------------------------------------------------------------------------- rlcockpit snapshot show
+
+
+def test_snapshot_show_lists_renders_and_prints_json(tmp_path, capsys):
+    import rlcockpit
+    from rlcockpit.cli import main
+    from rlcockpit.diagnostics.snapshots import batch_payload, diagnostic_payload
+    from rlcockpit.records import SampleRecord
+
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    samples = [SampleRecord(step=4, sample_id=i, prompt="2+2?", response=f"answer {i}", reward=0.5 * i,
+                            category="math") for i in range(3)]
+    grads = {"steps": [2, 3, 4], "grad_norm": [1.0, 1.5, 9.0], "layers": ["embedding", "head"],
+             "layer_var": [[1e-4, 1e-5], [2e-4, 1e-5], [5e-3, 2e-5]], "head_labels": ["policy[0]", "critic[0]"],
+             "head_rows": [[0.1, 0.2], [0.3, 0.5], [0.2, 0.1]]}
+    red = FindingRecord(step=4, detector="kl_tiers", severity="red", message="KL 3x target", incident="inc-9")
+    with rlcockpit.init(project="p", store=uri) as run:
+        run.snapshot(3, "batch", batch_payload(red, samples), incident="inc-9")
+        run.snapshot(4, "diagnostic", diagnostic_payload(red, grads, samples, samples,
+                                                         {"steps": [2, 3, 4], "series": {"kl/mean": [1, 2, 9]}},
+                                                         {"seed": 0}), incident="inc-9")
+        run_id = run.run_id
+    assert main(["snapshot", "show", "--store", uri, "--run", run_id, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(s["kind"], s["step"], s["incident"]) for s in listed] == [("batch", 3, "inc-9"), ("diagnostic", 4, "inc-9")]
+    diag_id = listed[1]["id"]
+    assert main(["snapshot", "show", "--store", uri, str(diag_id)]) == 0  # newest run by default
+    out = capsys.readouterr().out
+    for part in ("RED kl_tiers", "actor gradient norm, last 3 steps", "per-layer gradient variance",
+                 "embedding", "head-gradient covariance", "policy[0] × critic[0]", "kl/mean",
+                 "triggering batch (3 samples", "answer 2"):
+        assert part in out, part
+    assert main(["snapshot", "show", "--store", uri, "--run", run_id, str(diag_id), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["payload"]["grad_norm_hist"]["steps"] == [2, 3, 4] and shown["kind"] == "diagnostic"
+    assert main(["snapshot", "show", "--store", uri, "--run", run_id, "999"]) == 2
+    assert "snapshot 999" in capsys.readouterr().err

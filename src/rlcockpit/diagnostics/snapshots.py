@@ -38,7 +38,8 @@ def grad_norm_hist(steps: Sequence[int], norms: Sequence[float], bins: int = HIS
     finite = arr[np.isfinite(arr)]
     if finite.size == 0:
         return {"edges": [], "counts": [], "steps": list(steps), "nonfinite": int(arr.size)}
-    counts, edges = np.histogram(finite, bins=bins if finite.min() < finite.max() else 1)
+    bins = min(bins, finite.size) if finite.min() < finite.max() else 1  # no empty bins on short windows
+    counts, edges = np.histogram(finite, bins=bins)
     return {"edges": edges.tolist(), "counts": counts.tolist(), "steps": [int(s) for s in steps],
             "values": clean(arr.tolist()), "nonfinite": int(arr.size - finite.size)}
 
