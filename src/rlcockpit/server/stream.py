@@ -49,11 +49,12 @@ class Tail:
     @classmethod
     def start(cls, reader: Any, run_id: str, *, cursor: Cursor | None,
               after_step: int | None) -> Tail:
-        """Resume at ``cursor``; else start after ``after_step`` (default: the last step) and
-        after the rows already written (only new findings, phases and events)."""
+        """Resume at ``cursor``; else start after ``after_step``: its later steps and every
+        finding, phase and event of a later step. Without either, start at the present (only
+        what is written from now on)."""
         if cursor is not None:
             return cls(reader, run_id, cursor)
-        ids = reader.max_row_ids(run_id)
+        ids = reader.tail_start_ids(run_id, after_step)
         step = after_step if after_step is not None else reader.get_run(run_id).last_step
         return cls(reader, run_id, Cursor(step=step, finding=ids["findings"],
                                           phase=ids["phases"], event=ids["events"]))

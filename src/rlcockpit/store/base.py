@@ -204,8 +204,9 @@ class StoreReader(Protocol):
         """(row id, record) of ``kind`` ("findings", "phases", "events") written after row
         ``after_id``, in write order."""
 
-    def max_row_ids(self, run_id: str) -> dict[str, int]:
-        """The highest row id per live-tail kind (0 when there is none)."""
+    def tail_start_ids(self, run_id: str, after_step: int | None = None) -> dict[str, int]:
+        """Per live-tail kind, the row id a tail starts after: just before the first row of a
+        step above ``after_step``, or (None) the highest id."""
 
     def close(self) -> None: ...
 

@@ -290,12 +290,20 @@ class SqliteReader:
                   "events": rows.event_from_row}[kind]
         return [(r[0], decode(r[1:])) for r in found]
 
-    def max_row_ids(self, run_id: str) -> dict[str, int]:
-        """The highest row id per live-tail kind (0 when none): where a fresh tail starts."""
+    def tail_start_ids(self, run_id: str, after_step: int | None = None) -> dict[str, int]:
+        """Per live-tail kind, the row id a tail starts after: with ``after_step``, the id just
+        before the first row of a later step (so every row about steps above ``after_step`` is
+        delivered); without, the highest id (only rows written from now on). 0 when none."""
         key = self._run_key(run_id)
-        return {kind: int(self._q(f"SELECT COALESCE(MAX({id_col}), 0) FROM {kind} "
-                                  "WHERE run_key = ?", (key,))[0][0])
-                for kind, (id_col, _) in _TAIL_TABLES.items()}
+        out = {}
+        for kind, (id_col, _) in _TAIL_TABLES.items():
+            last = self._q(f"SELECT COALESCE(MAX({id_col}), 0) FROM {kind} WHERE run_key = ?",
+                           (key,))[0][0]
+            first_later = None if after_step is None else self._q(
+                f"SELECT MIN({id_col}) FROM {kind} WHERE run_key = ? AND step > ?",
+                (key, int(after_step)))[0][0]
+            out[kind] = int(last if first_later is None else first_later - 1)
+        return out
 
     # ------------------------------------------------------------------ query time limit
 
