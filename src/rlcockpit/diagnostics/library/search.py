@@ -29,9 +29,11 @@ FIELD_WEIGHTS = {"id": 3.0, "title": 3.0, "keywords": 3.0, "symptoms": 2.0, "cau
 # "critic loss 很低但 reward 不涨" carry English terms that the Chinese text may not repeat
 CROSS_LANG_FACTOR = 0.5
 # token kind -> query weight: single CJK characters and in-word 3-grams are weak evidence alone
-KIND_WEIGHTS = {"w": 1.0, "c": 0.25, "z1": 0.3, "z2": 1.0, "z3": 1.0}
+KIND_WEIGHTS = {"w": 1.0, "c": 0.25, "z1": 0.3, "z2": 1.0, "z3": 0.5}
 K1 = 1.2
 B = 0.75
+UNIT_KINDS = ("w", "z1")  # what the coordination factor counts
+COVERAGE = 1.0
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _RUN = re.compile(f"[{_CJK}]+|[a-z0-9]+")
@@ -120,8 +122,13 @@ class BM25FIndex:
         return total
 
     def scores(self, query_tokens: Sequence[str]) -> list[float]:
-        """BM25F score of every document for the query's tokens (weighted by token kind)."""
+        """BM25F score of every document for the query's tokens (weighted by token kind),
+        times a coordination factor: the share of the query's units (words, CJK characters) the
+        document contains, to the power COVERAGE. Without it a document matching one rare
+        n-gram that straddles two words ("奖励几" in "奖励几乎一样") beats one matching most of
+        the query's words."""
         query = Counter(t for t in query_tokens if t in self.idf)
+        units = {t for t in query_tokens if _kind(t) in UNIT_KINDS}
         out = []
         for doc in self.docs:
             score = 0.0
@@ -130,6 +137,9 @@ class BM25FIndex:
                 if tf:
                     weight = KIND_WEIGHTS[_kind(token)] * (1.0 + math.log(qtf))
                     score += weight * self.idf[token] * tf * (K1 + 1.0) / (K1 + tf)
+            if units and score:
+                present = sum(1 for t in units if any(t in c for c in doc.fields.values()))
+                score *= (present / len(units)) ** COVERAGE
             out.append(score)
         return out
 
