@@ -1,0 +1,91 @@
+// Fetch wrapper for the JSON API (docs: /work/briefs/api.md, docs/ui.md). Every failure becomes an
+// ApiError carrying the canonical error shape {code, message, details}, so views can show it.
+
+const TOKEN_KEY = "rlcockpit.token";
+
+export class ApiError extends Error {
+  constructor(status, code, message, details = {}) {
+    super(message);
+    this.name = "ApiError";
+    this.status = status;
+    this.code = code;
+    this.details = details;
+  }
+}
+
+export function setToken(token) {
+  if (token) localStorage.setItem(TOKEN_KEY, token);
+  else localStorage.removeItem(TOKEN_KEY);
+}
+
+function headers(extra) {
+  const out = { Accept: "application/json", ...(extra || {}) };
+  const token = localStorage.getItem(TOKEN_KEY);
+  if (token) out.Authorization = `Bearer ${token}`;
+  return out;
+}
+
+// Query string from an object; null, undefined and "" are left out, arrays are joined by commas.
+export function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) {
+    if (v === null || v === undefined || v === "") continue;
+    q.set(k, Array.isArray(v) ? v.join(",") : String(v));
+  }
+  const s = q.toString();
+  return s ? `?${s}` : "";
+}
+
+async function errorFrom(resp) {
+  let body = null;
+  try {
+    body = await resp.json();
+  } catch {
+    body = null;
+  }
+  const err = body && body.error;
+  if (err && err.code) return new ApiError(resp.status, err.code, err.message || err.code, err.details || {});
+  return new ApiError(resp.status, "http_error", `HTTP ${resp.status} ${resp.statusText}`, {});
+}
+
+export async function request(method, path, params, body) {
+  let resp;
+  try {
+    resp = await fetch(`/api${path}${query(params)}`, {
+      method,
+      headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }),
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new ApiError(0, "network", `cannot reach the server (${e.message}); is 'rlcockpit serve' running?`);
+  }
+  if (!resp.ok) throw await errorFrom(resp);
+  return resp.json();
+}
+
+export const get = (path, params) => request("GET", path, params);
+export const post = (path, body, params) => request("POST", path, params, body ?? {});
+
+const enc = encodeURIComponent;
+
+// Thin helpers for the read API; names follow the routes.
+export const api = {
+  health: () => get("/health"),
+  runs: () => get("/runs"),
+  run: (run) => get(`/runs/${enc(run)}`),
+  series: (run, names, opts = {}) => get(`/runs/${enc(run)}/series`, { names, max_points: 1000, ...opts }),
+  latest: (run, names) => get(`/runs/${enc(run)}/latest`, { names }),
+  histograms: (run, name, opts = {}) => get(`/runs/${enc(run)}/histograms`, { name, max_points: 200, ...opts }),
+  samples: (run, opts = {}) => get(`/runs/${enc(run)}/samples`, opts),
+  sample: (run, step, id) => get(`/runs/${enc(run)}/samples/${enc(step)}/${enc(id)}`),
+  categories: (run) => get(`/runs/${enc(run)}/categories`),
+  findings: (run, opts = {}) => get(`/runs/${enc(run)}/findings`, opts),
+  incidents: (run) => get(`/runs/${enc(run)}/incidents`),
+  snapshots: (run) => get(`/runs/${enc(run)}/snapshots`),
+  snapshot: (run, id) => get(`/runs/${enc(run)}/snapshots/${enc(id)}`),
+  phases: (run, opts = {}) => get(`/runs/${enc(run)}/phases`, opts),
+  events: (run, opts = {}) => get(`/runs/${enc(run)}/events`, opts),
+  librarySearch: (q, k = 8) => get("/library/search", { q, k }),
+  libraryEntry: (id) => get(`/library/${enc(id)}`),
+  compare: (runs, names, opts = {}) => get("/compare", { runs, names, max_points: 500, ...opts }),
+};

@@ -1,0 +1,157 @@
+// The app shell: header, tabs, and the view of the current route. Views are registered modules
+// (router.registerView); the shell mounts one at a time and gives it a context:
+//   {runId, args, query, live, summary, navigate, api, t}
+import { api } from "./api.js";
+import { charts } from "./charts.js";
+import { EXTENSIONS } from "./extensions.js";
+import { RunHeader, runPicker } from "./header.js";
+import * as i18n from "./i18n.js";
+import { LiveRun } from "./live.js";
+import * as router from "./router.js";
+import { clear, errorState, h, loading } from "./ui.js";
+import "./views/dashboard.js";
+import "./views/samples.js";
+import "./views/alerts.js";
+import "./views/snapshot.js";
+import "./views/library.js";
+import "./views/runs.js";
+
+const { t } = i18n;
+const state = { runId: null, live: null, summary: null, header: null, cleanup: null, runs: [], seq: 0 };
+
+// The public extension API (also importable as ES modules).
+window.rlcockpit = { registerView: router.registerView, navigate: router.navigate, charts, i18n, api, state };
+
+function shell() {
+  const root = document.getElementById("app");
+  clear(root);
+  root.append(
+    h("header", { class: "topbar" },
+      h("a", { class: "brand", href: "#/", text: "rlcockpit" }),
+      h("span", { id: "picker-slot" }),
+      h("span", { id: "run-header", class: "run-header" }),
+      h("span", { class: "spacer" }),
+      h("button", { class: "btn lang-toggle", id: "lang-toggle", title: t("header.lang_help"),
+        onclick: () => i18n.setLang(i18n.lang() === "zh" ? "en" : "zh"), text: t("header.lang_switch") })),
+    h("nav", { class: "tabs", id: "tabs" }),
+    h("main", { id: "view", class: "view" }));
+}
+
+function renderTabs(route) {
+  const nav = clear(document.getElementById("tabs"));
+  const link = (v, hrefValue) => h("a", { class: `tab${v.name === route.name ? " active" : ""}`, href: hrefValue,
+    dataset: { view: v.name }, text: t(v.labelKey) });
+  if (state.runId) for (const v of router.tabs("run")) nav.append(link(v, router.runHref(state.runId, v.name)));
+  nav.append(h("span", { class: "spacer" }));
+  for (const v of router.tabs("global")) nav.append(link(v, router.globalHref(v.name)));
+}
+
+async function refreshRuns() {
+  try {
+    state.runs = (await api.runs()).items;
+  } catch {
+    state.runs = state.runs || [];
+  }
+  return state.runs;
+}
+
+function renderPicker(route) {
+  const slot = clear(document.getElementById("picker-slot"));
+  if (state.runs.length) slot.append(runPicker(state.runs, state.runId, route.scope === "run" ? route.name : "dashboard"));
+}
+
+async function openRun(runId) {
+  if (state.runId === runId && state.summary) return;
+  closeRun();
+  state.runId = runId;
+  const summary = await api.run(runId);
+  if (state.runId !== runId) return;
+  state.summary = summary;
+  state.live = new LiveRun(runId, summary.last_step ?? -1);
+}
+
+function closeRun() {
+  if (state.header) state.header.stop();
+  if (state.live) state.live.close();
+  Object.assign(state, { runId: null, live: null, summary: null, header: null });
+}
+
+function startHeader() {
+  const node = clear(document.getElementById("run-header"));
+  if (state.header) state.header.stop();
+  state.header = null;
+  if (!state.summary) return;
+  state.header = new RunHeader(node, { run: state.summary.run, live: state.live, summary: state.summary });
+  state.header.start();
+}
+
+async function home() {
+  const runs = await refreshRuns();
+  const latest = [...runs].sort((a, b) => (b.started_at || 0) - (a.started_at || 0))[0];
+  router.navigate(latest ? router.runHref(latest.run_id, "dashboard") : router.globalHref("runs"));
+}
+
+function unmountView() {
+  if (typeof state.cleanup === "function") state.cleanup();
+  state.cleanup = null;
+}
+
+async function show() {
+  const seq = ++state.seq;
+  const route = router.parseHash();
+  if (route.scope === "global" && !route.name) return home();
+  const viewNode = document.getElementById("view");
+  unmountView();
+  loading(viewNode);
+  try {
+    if (route.scope === "run") await openRun(route.runId);
+    else closeRun();
+  } catch (err) {
+    if (seq !== state.seq) return;
+    closeRun();
+    renderFrame(route);
+    return errorState(viewNode, err, () => show());
+  }
+  if (seq !== state.seq) return;
+  await refreshRuns();
+  if (seq !== state.seq) return;
+  renderFrame(route);
+  mount(route, viewNode);
+}
+
+function renderFrame(route) {
+  renderPicker(route);
+  renderTabs(route);
+  startHeader();
+}
+
+function mount(route, viewNode) {
+  const v = router.view(route.name);
+  clear(viewNode);
+  if (!v || v.scope !== route.scope) {
+    return errorState(viewNode, { code: "not_found", message: t("state.unknown_view", { name: route.name }) });
+  }
+  const ctx = { runId: state.runId, args: route.args, query: route.query, live: state.live, summary: state.summary,
+    navigate: router.navigate, api, t, route };
+  try {
+    state.cleanup = v.mount(viewNode, ctx) || null;
+  } catch (err) {
+    errorState(viewNode, err, () => show());
+  }
+}
+
+async function main() {
+  for (const path of EXTENSIONS) await import(path);
+  shell();
+  i18n.onLangChange(() => {
+    const keepRun = state.runId;
+    shell();
+    if (keepRun) state.runId = keepRun;
+    show();
+  });
+  router.onViewsChange(() => state.runId !== undefined && document.getElementById("tabs") && renderTabs(router.parseHash()));
+  window.addEventListener("hashchange", show);
+  await show();
+}
+
+main();

@@ -1,0 +1,94 @@
+// One diagnostic snapshot (seed 000 §2, DESIGN.md §6): gradient-norm histogram, per-layer gradient
+// variance heatmap, head-gradient covariance, the metric window, the triggering batch, last samples.
+import { api } from "../api.js";
+import { t } from "../i18n.js";
+import { histogramBars, matrixHeatmap, simpleLines } from "../charts.js";
+import { registerView, runHref } from "../router.js";
+import { clear, fmt, h, severityBadge, withStates } from "../ui.js";
+import { sampleView } from "./sample_view.js";
+
+function chartSlot(id) {
+  return h("div", { class: "chart snapshot-chart", id });
+}
+
+function emptyNote(key) {
+  return h("div", { class: "state state-empty small", text: t(key) });
+}
+
+// Rows of layer_grad_var are steps and columns layers (diagnostics/snapshots.py); shown with layers
+// on the y axis.
+function layerVar(p) {
+  const v = p.layer_grad_var;
+  if (!v || !v.layers || !v.layers.length || !v.values || !v.values.length) return null;
+  const byLayer = v.layers.map((_, li) => v.values.map((row) => row[li] ?? null));
+  return { xLabels: v.steps, yLabels: v.layers, matrix: byLayer };
+}
+
+// The metric window comes as {steps, series: {name: [values]}} or {name: {steps, values}}.
+function metricLines(mw) {
+  if (!mw) return {};
+  if (mw.series && mw.steps) {
+    return Object.fromEntries(Object.entries(mw.series).map(([n, vals]) => [n, { steps: mw.steps, values: vals }]));
+  }
+  return Object.fromEntries(Object.entries(mw).filter(([, s]) => s && s.steps));
+}
+
+function sampleTable(samples, detail, idPrefix) {
+  if (!samples || !samples.length) return emptyNote("snapshot.no_samples");
+  const tbody = h("tbody");
+  for (const s of samples) {
+    tbody.append(h("tr", { class: "clickable", onclick: () => { clear(detail).append(sampleView(s)); detail.scrollIntoView({ block: "nearest" }); } },
+      h("td", { text: String(s.step) }), h("td", { text: String(s.sample_id) }), h("td", { text: s.category || "—" }),
+      h("td", { text: fmt(s.reward, 3) }), h("td", { text: (s.flags || []).join(", ") || "—" }),
+      h("td", { class: "preview", text: (s.response || "").slice(0, 80) })));
+  }
+  return h("table", { class: "list", id: `${idPrefix}-samples` },
+    h("thead", {}, h("tr", {}, ["axis.step", "samples.id", "samples.category", "sample.reward", "samples.flags", "sample.response"].map((k) => h("th", { text: t(k) })))),
+    tbody);
+}
+
+function render(root, ctx, snap, disposers) {
+  const p = snap.payload || {};
+  const f = p.finding || {};
+  root.append(h("div", { class: "snapshot-head" },
+    h("a", { class: "btn small", href: runHref(ctx.runId, "alerts"), text: `← ${t("tab.alerts")}` }),
+    h("h2", { text: `${t("snapshot.title")} #${snap.snapshot_id} · ${t("axis.step")} ${snap.step}` }),
+    f.severity ? severityBadge(f.severity) : null, f.detector ? h("b", { text: ` ${f.detector}` }) : null,
+    f.message ? h("div", { class: "finding-msg", text: f.message }) : null));
+  const grid = h("div", { class: "snapshot-grid" });
+  root.append(grid);
+  const hist = p.grad_norm_hist;
+  const histEl = chartSlot("snap-grad-hist");
+  grid.append(h("section", { class: "chart-box" }, hist && hist.counts && hist.counts.length ? histEl : emptyNote("snapshot.no_grad")));
+  if (hist && hist.counts && hist.counts.length) disposers.push(histogramBars(histEl, { title: t("snapshot.grad_hist", { n: (hist.steps || []).length }), edges: hist.edges, counts: hist.counts }).dispose);
+  const lv = layerVar(p);
+  const lvEl = chartSlot("snap-layer-var");
+  grid.append(h("section", { class: "chart-box" }, lv ? lvEl : emptyNote("snapshot.no_layers")));
+  if (lv) disposers.push(matrixHeatmap(lvEl, { title: t("snapshot.layer_var"), ...lv }).dispose);
+  const cov = p.head_grad_cov;
+  const covEl = chartSlot("snap-head-cov");
+  const hasCov = cov && cov.matrix && cov.matrix.length;
+  grid.append(h("section", { class: "chart-box" }, hasCov ? covEl : emptyNote("snapshot.no_cov")));
+  if (hasCov) disposers.push(matrixHeatmap(covEl, { title: t("snapshot.head_cov"), xLabels: cov.labels, yLabels: cov.labels, matrix: cov.matrix, diverging: true }).dispose);
+  const lines = metricLines(p.metric_window);
+  const mwEl = chartSlot("snap-metrics");
+  grid.append(h("section", { class: "chart-box" }, Object.keys(lines).length ? mwEl : emptyNote("snapshot.no_metrics")));
+  if (Object.keys(lines).length) disposers.push(simpleLines(mwEl, { title: t("snapshot.metric_window"), lines }).dispose);
+  const detail = h("div", { class: "snapshot-sample" });
+  root.append(h("h3", { text: t("snapshot.batch") }), sampleTable(p.batch, detail, "snap-batch"),
+    h("h3", { text: t("snapshot.last_samples") }), sampleTable(p.last_samples, detail, "snap-last"), detail);
+  if (p.config && Object.keys(p.config).length) {
+    root.append(h("details", {}, h("summary", { text: t("snapshot.config") }), h("pre", { class: "text", text: JSON.stringify(p.config, null, 2) })));
+  }
+  if (p.truncated) root.append(h("p", { class: "muted", text: `${t("snapshot.truncated")}: ${JSON.stringify(p.truncated)}` }));
+}
+
+function mount(root, ctx) {
+  const body = h("div", { class: "snapshot-page", id: "snapshot" });
+  root.append(body);
+  const disposers = [];
+  withStates(body, () => api.snapshot(ctx.runId, ctx.args[0]), (snap) => render(body, ctx, snap, disposers));
+  return () => { disposers.forEach((d) => d()); clear(root); };
+}
+
+registerView("snapshot", { scope: "run", labelKey: "tab.snapshot", tab: false, mount });
