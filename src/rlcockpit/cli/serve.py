@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rlcockpit.errors import ConfigError
-
 DEFAULT_STORE = "sqlite:///rlcockpit.db"
 
 
@@ -35,25 +33,17 @@ def _command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from rlcockpit.server.app import create_app
+    from rlcockpit.server.auth import control_for
+    from rlcockpit.store import open_store
 
     settings = settings_from_args(args)
-    access = access_for(settings)
-    app = create_app(settings, access=access)
+    store = open_store(settings.store, create=False)
+    access, control = control_for(settings, store)  # refuses a non-loopback bind without users
+    app = create_app(settings, store, access=access, control=control)
     print(f"rlcockpit cockpit for {settings.store}: http://{_url_host(settings.host)}:"
           f"{settings.port}/  (Ctrl-C stops)", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
     return 0
-
-
-def access_for(settings: Any) -> Any:
-    """Who may read. Without users (the control plane, issue 6) only a loopback bind is safe:
-    the cockpit shows prompts, responses and configs to anyone who can reach the port."""
-    if not settings.is_loopback:
-        raise ConfigError(
-            f"--host {settings.host} would expose the cockpit without users or tokens; serve on "
-            "127.0.0.1 and reach it through an SSH tunnel (ssh -L 8765:127.0.0.1:8765 host)",
-            details={"key": "host", "value": settings.host})
-    return None
 
 
 def _url_host(host: str) -> str:

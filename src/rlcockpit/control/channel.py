@@ -74,6 +74,22 @@ class Channel:
             self.store.transition(t.ticket_id, DONE, {"rolled_back_by": by},  # type: ignore[arg-type]
                                   self._entry("ticket_rolled_back", {"by_ticket": by, "target": t.target}))
 
+    def automatic(self, detector: str, action: str, details: Mapping[str, Any], reason: str) -> TicketRecord:
+        """A diagnostics action as a ticket: requested by ``detector:<name>``, approved by ``policy``."""
+        requester = f"detector:{detector}"
+        ticket = self.store.create_ticket(
+            TicketRecord(run_id=self.run_id, kind="command", target=action, value=dict(details), reason=reason,
+                         requested_by=requester),
+            AuditEntry(actor=requester, action="ticket_requested", run_id=self.run_id,
+                       details={"kind": "command", "command": action, "args": dict(details), "reason": reason}))
+        comment = "the diagnostics policy acts on its own findings"
+        approved = self.store.transition(ticket.ticket_id, ("requested",),  # type: ignore[arg-type]
+                                         {"status": "approved", "decided_by": "policy", "decided_at": time.time(),
+                                          "comment": comment},
+                                         AuditEntry(actor="policy", action="ticket_approved", run_id=self.run_id,
+                                                    details={"comment": comment}))
+        return approved or ticket
+
     def note(self, action: str, ticket: TicketRecord | None, details: Mapping[str, Any],
              outcome: str = "ok") -> None:
         """An audit entry without a state change (e.g. a ticket re-applied after a resume)."""

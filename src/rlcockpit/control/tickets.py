@@ -69,16 +69,6 @@ class Tickets:
             ticket = self._approve_by_policy(ticket, f"{command} is a safe command, approved at once")
         return ticket
 
-    def automatic(self, run_id: str, detector: str, kind: str, target: str, value: Any, reason: str,
-                  details: Mapping[str, Any] | None = None) -> TicketRecord:
-        """A diagnostics action as a ticket: requested by ``detector:<name>``, approved by ``policy``."""
-        requester = f"detector:{detector}"
-        ticket = TicketRecord(run_id=run_id, kind=kind, target=target, value=value, reason=reason,
-                              requested_by=requester)
-        ticket = self.store.create_ticket(ticket, _entry(requester, "ticket_requested", run_id, {
-            "kind": kind, "target": target, "value": value, "reason": reason, **dict(details or {})}))
-        return self._approve_by_policy(ticket, "the diagnostics policy acts on its own findings")
-
     def _approve_by_policy(self, ticket: TicketRecord, comment: str) -> TicketRecord:
         now = time.time()
         done = self.store.transition(ticket.ticket_id, ("requested",),  # type: ignore[arg-type]

@@ -53,6 +53,10 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
     handlers.install(app)
     for router in READ_ROUTERS:
         app.include_router(router)
+    if control is not None:
+        from rlcockpit.server import routes_control
+
+        routes_control.include(app)
     mount_ui(app, Path(settings.static_dir) if settings.static_dir else BUNDLED_STATIC)
     return app
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlcockpit.config import Config, check, option
+from rlcockpit.control.config import ControlConfig
 from rlcockpit.diagnostics.config import DiagnosticsConfig
 
 PHASES = ("INIT", "ROLLOUT", "SCORE", "ADVANTAGE", "UPDATE", "EVAL", "DIAGNOSE", "HOTFIX", "CHECKPOINT")
@@ -241,6 +242,7 @@ class TrainConfig(Config):
     telemetry: TelemetryConfig = option(default_factory=TelemetryConfig, help="Recording.")
     diagnostics: DiagnosticsConfig = option(default_factory=DiagnosticsConfig,
                                             help="Detectors, severity policy and notifications.")
+    control: ControlConfig = option(default_factory=ControlConfig, help="Tickets and commands (docs/control.md).")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -29,6 +29,12 @@ class Evaluator:
         self.pad_id, self.eos_id = pad_id, eos_id
 
     def run(self, model: nn.Module, step: int, max_new_tokens: int) -> dict[str, float]:
+        totals, correct = self.score(model, step, max_new_tokens)
+        return eval_metrics(self.items, totals, correct)
+
+    def score(self, model: nn.Module, step: int, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Total reward per validation prompt (and ``info["correct"]`` when the reward function gives it);
+        the control plane's effect measurement compares these distributions before / after a change."""
         generator = torch.Generator().manual_seed(self.cfg.seed)
         responses: list[str] = []
         for start in range(0, len(self.items), self.cfg.batch_size):
@@ -39,7 +45,7 @@ class Evaluator:
             responses.extend(decode_responses(self.tokenizer, batch.response_ids, batch.response_mask,
                                               self.eos_id))
         scored = self.reward_fn([it.prompt for it in self.items], responses, [it.meta for it in self.items], step)
-        return eval_metrics(self.items, scored.totals, scored.info.get("correct"))
+        return np.asarray(scored.totals, dtype=np.float64), scored.info.get("correct")
 
 
 def eval_metrics(items: Sequence[PromptItem], totals: np.ndarray, correct: np.ndarray | None) -> dict[str, float]:

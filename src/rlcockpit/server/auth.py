@@ -1,0 +1,77 @@
+"""Bearer-token access for the cockpit server (docs/control.md).
+
+:class:`Access` is what ``create_app(..., access=...)`` takes: every read route calls
+``access.require(request, "viewer")`` (server/deps.py) and every control route asks for its role.
+While the store has no (active) users everyone may read and nobody may change anything; once a
+user exists, every request needs a valid token. Every refused attempt is written to the audit log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+
+from rlcockpit.control import ControlPlane, Principal
+from rlcockpit.control.errors import AuthError, ForbiddenError
+from rlcockpit.errors import ConfigError, RlcockpitError
+from rlcockpit.records import AuditEntry
+
+ANONYMOUS = Principal("anonymous", "viewer")
+
+
+class Access:
+    def __init__(self, control: ControlPlane) -> None:
+        self.control = control
+
+    def require(self, request: Request, role: str) -> Principal:
+        """The caller, if their role is at least ``role``; else 401 / 403 (audited)."""
+        token = bearer_token(request)
+        try:
+            who = self._who(token, role)
+            if not who.can(role):
+                raise ForbiddenError(f"{who.name} has role {who.role}; {request.method} {request.url.path} needs "
+                                     f"the role {role} or higher", details={"reason": "role", "role": who.role,
+                                                                             "needed": role, "user": who.name})
+        except RlcockpitError as exc:
+            self._audit_refusal(request, exc, role)
+            raise
+        request.state.principal = who
+        return who
+
+    def _who(self, token: str | None, role: str) -> Principal:
+        if self.control.users.any_active():
+            return self.control.users.authenticate(token)
+        if token:
+            raise AuthError("this store has no users, so no token is valid; create one with `rlcockpit users add "
+                            "NAME --role ROLE --store URI`", details={"reason": "no_users"})
+        if role != "viewer":
+            raise AuthError("changes need a signed-in user and this store has none; create users with "
+                            "`rlcockpit users add NAME --role operator|approver|admin --store URI`",
+                            details={"reason": "no_users"})
+        return ANONYMOUS
+
+    def _audit_refusal(self, request: Request, exc: RlcockpitError, role: str) -> None:
+        actor = str(exc.details.get("user") or "anonymous")
+        self.control.store.append_audit(AuditEntry(actor=actor, action="access_denied", outcome="refused", details={
+            "method": request.method, "path": request.url.path, "needed": role, "code": exc.code,
+            "status": exc.http_status, "reason": exc.details.get("reason"), "message": exc.message}))
+
+
+def bearer_token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "").strip()
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return header or None  # another scheme: checked (and refused) as a malformed token
+    return value.strip() or None
+
+
+def control_for(settings: Any, store: Any) -> tuple[Access, ControlPlane]:
+    """The control plane and access checks for ``serve``; refuses a non-loopback bind without users."""
+    plane = ControlPlane.over(store.control(), store.reader())
+    if not settings.is_loopback and not plane.users.any_active():
+        raise ConfigError(
+            f"--host {settings.host} would expose the cockpit without users or tokens; create users first "
+            "(`rlcockpit users add NAME --role viewer --store URI`) or serve on 127.0.0.1 (an SSH tunnel: "
+            "ssh -L 8765:127.0.0.1:8765 host)", details={"key": "host", "value": settings.host})
+    return Access(plane), plane

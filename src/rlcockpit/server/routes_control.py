@@ -1,0 +1,137 @@
+"""The control API (docs/control.md): tickets, commands, live parameters, audit log, who am I.
+
+Thin routes: the role check (:class:`rlcockpit.server.auth.Access`), then one call into
+:mod:`rlcockpit.control`. Errors use the canonical shape of every other route; refusals are
+audited by the control plane before the error is answered.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
+
+from rlcockpit.control import ControlPlane, Principal
+from rlcockpit.control.audit import verify
+from rlcockpit.control.errors import TicketError
+from rlcockpit.records import TICKET_STATUSES, to_dict
+from rlcockpit.server.responses import SafeJSONResponse, json_response
+
+router = APIRouter(prefix="/api", tags=["control"], default_response_class=SafeJSONResponse)
+
+
+def _plane(request: Request) -> ControlPlane:
+    return request.app.state.control
+
+
+def _role(role: str):
+    def dependency(request: Request) -> Principal:
+        return request.app.state.access.require(request, role)
+
+    return Depends(dependency)
+
+
+Plane = Annotated[ControlPlane, Depends(_plane)]
+Viewer = Annotated[Principal, _role("viewer")]
+Operator = Annotated[Principal, _role("operator")]
+Approver = Annotated[Principal, _role("approver")]
+JsonBody = Annotated[dict[str, Any] | None, Body()]
+
+
+def _body(payload: dict[str, Any] | None, *required: str) -> dict[str, Any]:
+    data = dict(payload or {})
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise TicketError(f"the request body needs {', '.join(missing)} (JSON object)",
+                          details={"missing": missing})
+    return data
+
+
+def _ticket(ticket: Any, status: int = 200) -> SafeJSONResponse:
+    return json_response({"ticket": to_dict(ticket)}, status_code=status)
+
+
+@router.post("/runs/{run}/tickets", summary="Request a live-parameter change (operator)")
+def request_ticket(run: str, who: Operator, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
+    data = _body(payload, "param", "value")
+    ticket = plane.tickets.request(who, run, data["param"], data["value"], data.get("reason", ""))
+    return _ticket(ticket, 201)
+
+
+@router.get("/runs/{run}/tickets", summary="A run's tickets, oldest first")
+def list_tickets(run: str, who: Viewer, plane: Plane,
+                 status: Annotated[str | None, Query(description="comma-separated statuses")] = None,
+                 limit: Annotated[int, Query(ge=1, le=10000)] = 500) -> SafeJSONResponse:
+    statuses = [s for s in (status or "").split(",") if s]
+    unknown = sorted(set(statuses) - set(TICKET_STATUSES))
+    if unknown:
+        raise TicketError(f"unknown ticket status {unknown}; known: {', '.join(TICKET_STATUSES)}",
+                          details={"parameter": "status", "allowed": list(TICKET_STATUSES)})
+    plane.runs.get_run(run)  # 404 for an unknown run
+    items = plane.store.list_tickets(run_id=run, statuses=statuses or None, limit=limit)
+    return json_response({"items": [to_dict(t) for t in items]})
+
+
+@router.get("/tickets/{ticket_id}", summary="One ticket with its effect measurement")
+def get_ticket(ticket_id: int, who: Viewer, plane: Plane) -> SafeJSONResponse:
+    return _ticket(plane.store.get_ticket(ticket_id))
+
+
+@router.post("/tickets/{ticket_id}/approve", summary="Approve a ticket (approver, not the requester)")
+def approve(ticket_id: int, who: Approver, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
+    return _ticket(plane.tickets.approve(who, ticket_id, str(_body(payload).get("comment") or "")))
+
+
+@router.post("/tickets/{ticket_id}/reject", summary="Reject a ticket with a comment (approver)")
+def reject(ticket_id: int, who: Approver, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
+    return _ticket(plane.tickets.reject(who, ticket_id, _body(payload).get("comment") or ""))
+
+
+@router.post("/tickets/{ticket_id}/cancel", summary="Cancel a pending ticket (its requester or an admin)")
+def cancel(ticket_id: int, who: Operator, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
+    return _ticket(plane.tickets.cancel(who, ticket_id, str(_body(payload).get("comment") or "")))
+
+
+@router.post("/runs/{run}/commands", summary="pause / resume / stop / checkpoint / rollback (operator)")
+def command(run: str, who: Operator, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
+    data = _body(payload, "command")
+    args = data.get("args") or {}
+    if not isinstance(args, dict):
+        raise TicketError("args must be a JSON object, e.g. {\"step\": 20}", details={"args": str(args)})
+    return _ticket(plane.tickets.command(who, run, str(data["command"]), data.get("reason", ""), args), 201)
+
+
+@router.get("/runs/{run}/live", summary="Current live parameters (with type and range) and their history")
+def live(run: str, who: Viewer, plane: Plane,
+         limit: Annotated[int, Query(ge=1, le=10000)] = 200) -> SafeJSONResponse:
+    plane.runs.get_run(run)
+    history = plane.store.read_live_params(run, limit=limit)
+    current = to_dict(history[-1]) if history else None
+    return json_response({"current": current, "history": [to_dict(h) for h in history]})
+
+
+@router.get("/audit", summary="The audit log (append-only, hash-chained), oldest first")
+def audit(who: Viewer, plane: Plane, run: str | None = None,
+          after: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=10000)] = 500,
+          check: Annotated[bool, Query(description="also verify the whole chain")] = False) -> SafeJSONResponse:
+    items = plane.store.read_audit(run_id=run, after_seq=after, limit=limit)
+    body: dict[str, Any] = {"items": [to_dict(e) for e in items]}
+    if check:
+        result = verify(plane.store)
+        body["verify"] = {"ok": result.ok, "entries": result.entries, "broken_seq": result.broken_seq,
+                          "message": result.message()}
+    return json_response(body)
+
+
+@router.get("/me", summary="Who the token belongs to, and whether the store has users")
+def me(who: Viewer, plane: Plane) -> SafeJSONResponse:
+    return json_response({"name": who.name, "role": who.role, "users_exist": plane.users.any_active()})
+
+
+def include(app: FastAPI) -> None:
+    """Add the control routes (``create_app`` calls this when it is given a control plane)."""
+    if app.state.access is None:
+        from rlcockpit.server.auth import Access
+
+        app.state.access = Access(app.state.control)
+    app.include_router(router)
