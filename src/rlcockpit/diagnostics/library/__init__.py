@@ -87,7 +87,7 @@ class Library:
         """The pattern with this id; NotFoundError (with the closest id) when there is none."""
         found = self._patterns.get(pattern_id)
         if found is None:
-            close = difflib.get_close_matches(pattern_id, self.ids(), n=1)
+            close = _suggest(pattern_id, self.ids())
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise NotFoundError(
                 f"no failure pattern {pattern_id!r}{hint} "
@@ -110,6 +110,14 @@ class Library:
         patterns = self._searcher.patterns
         return [Hit(patterns[i], round(s, 4), lang)
                 for i, s in self._searcher.rank(query, lang)[:k]]
+
+
+def _suggest(wrong: str, ids: list[str]) -> list[str]:
+    """The closest id: one containing the typed text (``kl_zero`` -> ``kl_zero_ref_synced``),
+    else difflib's nearest spelling."""
+    key = wrong.strip().lower().replace("-", "_").replace(" ", "_")
+    contained = [i for i in ids if key and key in i]
+    return contained[:1] or difflib.get_close_matches(key, ids, n=1)
 
 
 def _fail(source: str, where: str, what: str) -> ConfigError:
