@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import math
+import socket
+import threading
+import time
 from pathlib import Path
+
+import uvicorn
 
 import rlcockpit
 from rlcockpit.records import SampleRecord
@@ -64,3 +69,33 @@ def build_store(tmp_path: Path) -> str:
         for step in range(10):
             run.log(step, {"reward/mean": -0.1 * step})
     return uri
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """uvicorn in a background thread (the same server `rlcockpit serve` runs)."""
+
+    def __init__(self, app) -> None:
+        self.port = free_port()
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

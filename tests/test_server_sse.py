@@ -6,14 +6,12 @@ leaves no stream thread behind."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 
 import rlcockpit
 from rlcockpit.errors import ConfigError
@@ -21,39 +19,10 @@ from rlcockpit.server.app import create_app
 from rlcockpit.server.cursor import Cursor, decode, encode
 from rlcockpit.server.routes.live import THREAD_PREFIX
 from rlcockpit.server.settings import ServerSettings
+from server_testkit import ServerThread
 
 TOTAL = 40
 RUN = "live-run"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerThread:
-    """uvicorn in a background thread (the same server `rlcockpit serve` runs)."""
-
-    def __init__(self, app) -> None:
-        self.port = free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 def sse_messages(response: httpx.Response) -> Iterator[dict]:
