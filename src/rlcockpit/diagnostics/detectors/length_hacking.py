@@ -40,11 +40,11 @@ from rlcockpit.diagnostics.detectors._reward_stats import (
     BC_UNIFORM,
     Lagged,
     bimodality_coefficient,
+    ks_test,
     sample_values,
 )
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Streak, Window, mann_kendall, relative_growth
-from rlcockpit.metrics.ks import ks_2samp
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ class LengthShape:
     def _judge(self, lengths: np.ndarray) -> dict | None:
         cfg = self.cfg
         ref = np.concatenate(list(self._pool))
-        d, p = ks_2samp(lengths, ref)
+        d, p = ks_test(lengths, ref)
         med, ref_med = float(np.median(lengths)), float(np.median(ref))
         p95 = float(np.percentile(ref, 95))
         tail = float(np.mean(lengths > cfg.tail_factor * p95))

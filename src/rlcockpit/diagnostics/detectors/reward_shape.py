@@ -40,12 +40,12 @@ from rlcockpit.diagnostics.detectors._reward_stats import (
     BC_UNIFORM,
     Lagged,
     bimodality_coefficient,
+    ks_test,
     sample_values,
     skewness,
 )
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Streak
-from rlcockpit.metrics.ks import ks_2samp
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ class RewardShape(Detector):
             return None
         recent = np.concatenate(list(self._pending))
         ref = np.concatenate(list(self._pool))
-        d, p = ks_2samp(recent, ref)
+        d, p = ks_test(recent, ref)
         lower = float(np.median(recent)) < float(np.median(ref)) or recent.mean() < ref.mean()
         return {"ks_d": d, "ks_p": p, "confirmed": bool(p < self.config.ks_p and lower),
                 "recent_samples": int(recent.size)}

@@ -29,10 +29,9 @@ import numpy as np
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._reward_stats import Lagged
+from rlcockpit.diagnostics.detectors._reward_stats import Lagged, ks_test
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Window
-from rlcockpit.metrics.ks import ks_2samp
 
 NOT_COMPONENTS = frozenset({"raw", "uncertainty", "normalized", "category"})
 
@@ -157,7 +156,7 @@ class RMComponentBias(Detector):
         reference = np.concatenate(list(part.pool)) if part.pool else np.empty(0)
         result = None
         if values.size >= 8 and reference.size >= 8 * self.config.recent:
-            result = ks_2samp(values, reference)
+            result = ks_test(values, reference)
         if values.size and not part.firing:
             part.pool.append(values)
         return result

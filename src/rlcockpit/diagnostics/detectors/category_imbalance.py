@@ -1,0 +1,161 @@
+"""Category imbalance: one prompt category's reward falls while the others rise (001 Q15).
+
+Failure mode: alignment imbalance (001 Q15) — the policy over-optimises one dimension and pays for
+it in another: safety over-optimised (refusals everywhere) while knowledge or creative rewards
+stall or fall, or a style the reward model likes spreading into answers that needed facts. The
+total reward still rises, so the mean curve hides it.
+Signal: each ``reward/category/<category>/mean`` — the mean of its last ``recent`` (4) steps as a
+robust z against its previous ``window`` (20) steps, and a Mann–Kendall trend over the last
+``trend_window`` (30) steps — compared with the other categories' z-scores.
+Default thresholds: a category is falling when z ≤ −``z_drop`` (4.5), or when its trend Z ≤
+−``z_trend`` (3.5) and it lost at least 3 z-scales between the medians of the first and last 5
+trend values; it fires when the other categories hold or rise (median z of the others ≥
+``others_min`` = 0): yellow, orange when the others clearly rise (median z ≥ ``others_rise`` = 2)
+or the fall is deep (z ≤ −2 × ``z_drop``). One condition per category (key = category). The z
+scale is never below ``floor_frac`` (0.25) × the median ``reward/std``: with few prompts per
+category per step the category means are noisy. Judged after ``warmup`` (10) reference steps;
+the reference freezes while the condition holds (``rebase_after`` = 30 steps). Calibration: on
+the healthy tiny-world runs the lowest z was −4.0 (GRPO: about 2 prompts per category per step)
+and the lowest trend Z −3.3.
+False positives: a category with very few prompts per step (its mean jumps with the draw); a
+deliberate re-weighting of the reward components.
+Fix: look at the falling category's samples (refusals? style over facts?), re-balance the reward
+components' weights or the prompt mix, or use a per-category KL coefficient (001 Q15).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlcockpit.config import Config, option
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._reward_stats import Lagged
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import Window, mann_kendall
+
+PREFIX = "reward/category/"
+
+
+@dataclass(frozen=True)
+class CategoryImbalanceConfig(Config):
+    z_drop: float = option(4.5, help="Robust z of a category's recent mean that counts as a fall.",
+                           range=(0.5, 1e6))
+    z_trend: float = option(3.5, help="Mann–Kendall Z (negative) that counts as a falling trend.",
+                            range=(0.5, 1e6))
+    others_min: float = option(0.0, help="The other categories' median z must be at least this "
+                               "(they hold or rise).", range=(-1e6, 1e6))
+    others_rise: float = option(2.0, help="Orange when the others' median z reaches this.",
+                                range=(0.0, 1e6))
+    recent: int = option(4, help="Steps averaged as the current level.", range=(1, 100))
+    window: int = option(20, help="Reference window (steps before the recent ones).",
+                         range=(3, 10_000))
+    trend_window: int = option(30, help="Steps of the trend test.", range=(5, 10_000))
+    warmup: int = option(10, help="Reference steps needed before judging.", range=(3, 10_000))
+    floor_frac: float = option(0.25, help="Smallest z scale as a fraction of the median "
+                               "reward/std.", range=(0.0, 10.0))
+    rebase_after: int = option(30, help="Steps of a lasting fall after which it becomes the new "
+                               "reference.", range=(1, 100_000))
+
+
+class _Category:
+    def __init__(self, cfg: CategoryImbalanceConfig) -> None:
+        self.level = Lagged(cfg.window, cfg.recent)
+        self.trend = Window(cfg.trend_window)
+        self.firing = 0
+
+
+def categories(view: StepView) -> list[str]:
+    """Category names from ``reward/category/<category>/mean`` metrics."""
+    names = []
+    for name in view.matching(PREFIX):
+        rest = name[len(PREFIX):]
+        if rest.endswith("/mean") and "/" not in rest[: -len("/mean")]:
+            names.append(rest[: -len("/mean")])
+    return sorted(names)
+
+
+@register
+class CategoryImbalance(Detector):
+    name = "category_imbalance"
+    family = "category_imbalance"
+    reads = (PREFIX, "reward/std")
+    patterns = ("category_imbalance",)
+    signal = "category reward"
+    Config = CategoryImbalanceConfig
+
+    def __init__(self, config: CategoryImbalanceConfig | None = None) -> None:
+        super().__init__(config)
+        self._cats: dict[str, _Category] = {}
+        self._std = Window(self.config.window)
+
+    def update(self, view: StepView) -> list[Condition] | object:
+        names = categories(view)
+        if len(names) < 2:
+            return SKIPPED
+        cfg = self.config
+        floor = cfg.floor_frac * float(np.median(self._std.values)) if len(self._std) else 1e-6
+        self._std.push(view.finite("reward/std"), view.step)
+        for name in names:
+            cat = self._cats.setdefault(name, _Category(cfg))
+            value = view.finite(f"{PREFIX}{name}/mean")
+            cat.level.push(value, view.step)
+            cat.trend.push(value, view.step)
+        floor = max(floor, 1e-9)
+        zs = {n: self._cats[n].level.z(floor) for n in names
+              if self._cats[n].level.ready(cfg.warmup)}
+        out = []
+        for name in names:
+            cond = self._judge(name, zs, floor) if name in zs else None
+            self._track(name, cond is not None)
+            if cond is not None:
+                out.append(cond)
+        return out
+
+    def _falling(self, name: str, z: float, floor: float) -> tuple[bool, float | None]:
+        cfg = self.config
+        cat = self._cats[name]
+        if z <= -cfg.z_drop:
+            return True, None
+        if not cat.trend.full:
+            return False, None
+        values = cat.trend.values
+        trend = mann_kendall(values)
+        lost = float(np.median(values[:5]) - np.median(values[-5:]))
+        scale = cat.level.scale(floor)
+        return trend.z <= -cfg.z_trend and lost >= 3.0 * scale, trend.z
+
+    def _judge(self, name: str, zs: dict[str, float], floor: float) -> Condition | None:
+        cfg = self.config
+        z = zs[name]
+        falling, trend_z = self._falling(name, z, floor)
+        others = {n: v for n, v in zs.items() if n != name}
+        if not falling or not others:
+            return None
+        others_z = float(np.median(list(others.values())))
+        if others_z < cfg.others_min:
+            return None  # everything falls: a general decline, not an imbalance (reward_shape)
+        deep = z <= -2.0 * cfg.z_drop
+        severity = "orange" if others_z >= cfg.others_rise or deep else "yellow"
+        level = self._cats[name].level
+        now, ref = float(level.recent.mean()), level.median
+        scale = level.scale(floor)
+        evidence = {"category": name, "mean_now": now, "mean_reference": ref, "z": z,
+                    "trend_z": trend_z, "z_threshold": -cfg.z_drop, "others_z": others,
+                    "others_median_z": others_z, "window": cfg.window,
+                    "signal": f"reward/category/{name}/mean",
+                    "onset_step": level.onset(lambda v: v - ref <= -scale)}
+        return Condition(severity, f"category {name!r} reward fell to {now:.3g} from {ref:.3g} "
+                         f"(z {z:+.1f}) while the other categories held or rose (median z "
+                         f"{others_z:+.1f})", evidence, key=name,
+                         message_zh=f"类别 {name} 的奖励从 {ref:.3g} 降到 {now:.3g}，"
+                         f"其他类别持平或上升")
+
+    def _track(self, name: str, firing: bool) -> None:
+        cat = self._cats[name]
+        cat.firing = cat.firing + 1 if firing else 0
+        cat.level.frozen = firing
+        if cat.firing > self.config.rebase_after:
+            cat.level.rebase()
+            cat.firing = 0
