@@ -32,3 +32,21 @@ def load_stream(name: str) -> list[tuple[int, dict[str, float]]]:
         rows = [json.loads(line) for line in fh if line.strip()]
     out = [(int(r["step"]), {k: float(v) for k, v in r["metrics"].items()}) for r in rows]
     return sorted(out, key=lambda row: row[0])
+
+
+def load_samples(name: str) -> dict[int, list]:
+    """The run's recorded samples as ``{step: [SampleRecord]}`` (no per-token arrays).
+
+    Fixtures ``<name>.samples.jsonl.gz``: ``rlcockpit export --what samples`` trimmed to step,
+    sample_id, prompt_id, group_id, category, prompt, response, reward, components, length,
+    truncated (what the sample detectors read).
+    """
+    from rlcockpit.records import SampleRecord
+
+    by_step: dict[int, list] = {}
+    with _open(name, "samples") as fh:
+        for line in fh:
+            if line.strip():
+                row = json.loads(line)
+                by_step.setdefault(int(row["step"]), []).append(SampleRecord(**row))
+    return by_step
