@@ -69,6 +69,31 @@ def test_a_condition_absent_fewer_than_resolve_after_steps_stays_open():
     assert [(f.step, f.status) for f in eager] == [(2, "raised"), (7, "resolved"), (9, "raised")]
 
 
+def test_heartbeat_tick_raises_red_once_and_resolves_when_steps_resume():
+    engine = Engine.from_config(only("stall", detectors={"stall": {"heartbeat_s": 60}}))
+    feed(engine, [{"reward/mean": 0.5, "kl/mean": 0.3}] * 3)  # last step at wall time 2 s
+    assert engine.tick(30.0) == []
+    (finding,) = engine.tick(100.0)
+    assert (finding.detector, finding.severity, finding.evidence["key"]) == (
+        "stall", "red", "heartbeat")
+    assert finding.evidence["silent_s"] == 98.0
+    assert engine.tick(200.0) == []  # still silent: no repeat
+    resumed = feed(engine, [{"reward/mean": 0.5, "kl/mean": 0.3}] * 3, start=3)
+    assert [(f.status, f.evidence["key"]) for f in resumed] == [("resolved", "heartbeat")]
+    (incident,) = group([finding, *resumed])
+    assert incident.resolved  # the resolution of a keyed condition closes its incident
+
+
+def test_a_resolved_finding_with_nan_evidence_stays_json_safe():
+    engine = Engine.from_config(only("critic"))
+    rows = [{"value/loss": 0.2}] * 5 + [{"value/loss": float("nan")}] + [{"value/loss": 0.2}] * 3
+    findings = feed(engine, rows)
+    assert [(f.status, f.evidence["key"]) for f in findings] == [
+        ("raised", "divergence"), ("resolved", "divergence")]
+    assert all(f.evidence["value_loss"] == "nan" for f in findings)
+    assert group(findings)[0].resolved
+
+
 # ---------------------------------------------------------------------------- incidents
 
 

@@ -156,8 +156,11 @@ class Engine:
         message = f"resolved: {last.message}" if last else "resolved"
         evidence = {**(dict(last.evidence) if last else {}), "raised_step": active.since,
                     "message_zh": f"已恢复：{last.message_zh}" if last and last.message_zh else ""}
+        if key:  # incidents match a resolution to its raised finding by (detector, key)
+            evidence["key"] = key
         return FindingRecord(step=step, detector=det.name, severity=active.severity,
-                             message=message, evidence=evidence, patterns=tuple(det.patterns),
+                             message=message, evidence=_json_safe(evidence),
+                             patterns=tuple(det.patterns),
                              status="resolved", wall_time=wall, incident=active.incident)
 
     def _join_incident(self, step: int, key: tuple[str, str]) -> str:
