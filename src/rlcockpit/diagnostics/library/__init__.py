@@ -52,9 +52,12 @@ class Pattern:
         out: dict[str, Any] = {"id": self.id, "seed": self.seed, "detectors": list(self.detectors)}
         for name in TEXT_FIELDS:
             value = getattr(self, name)
-            pick = (lambda v: v if isinstance(v, str) else list(v))
-            out[name] = pick(value[lang]) if lang else {k: pick(v) for k, v in value.items()}
+            out[name] = _plain(value[lang]) if lang else {k: _plain(v) for k, v in value.items()}
         return out
+
+
+def _plain(value: str | tuple[str, ...]) -> str | list[str]:
+    return value if isinstance(value, str) else list(value)
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,11 @@ COVERAGE = 1.0
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _RUN = re.compile(f"[{_CJK}]+|[a-z0-9]+")
 _HAS_CJK = re.compile(f"[{_CJK}]")
-_EN_STOP = frozenset(
+_EN_STOP_WORDS = (
     "a an and are as at be but by do does for from has have how i if in into is it its my of on "
     "or so that the their then there this to was what when where which while why will with "
-    "after before again keeps keep getting get got very just still".split())
+    "after before again keeps keep getting get got very just still")
+_EN_STOP = frozenset(_EN_STOP_WORDS.split())
 _ZH_STOP = frozenset("的了是在就都也和吗呢啊吧呀么怎办什我你他它这那个")
 
 
