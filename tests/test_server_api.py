@@ -184,6 +184,18 @@ def test_events_and_checkpoints(client):
     assert (ckpt["step"], ckpt["path"]) == (10, "ckpt-10")
 
 
+def test_library_search_in_both_languages_and_entry(client):
+    en = ok(client, "/api/library/search?q=KL%20divergence%20explodes&k=3")["items"]
+    assert 1 <= len(en) <= 3 and en[0]["lang"] == "en"
+    assert en[0]["score"] >= en[-1]["score"] and en[0]["title_en"] and en[0]["title_zh"]
+    zh = ok(client, "/api/library/search?q=KL%20突增怎么办&k=3")["items"]
+    assert zh[0]["lang"] == "zh" and zh[0]["title"]["zh"] == zh[0]["title_zh"]
+    entry = ok(client, f"/api/library/{en[0]['id']}")
+    assert entry["id"] == en[0]["id"] and entry["fixes"]["en"] and entry["fixes"]["zh"]
+    assert "score" not in entry
+    error(client, "/api/library/no_such_pattern", 404, "not_found")
+
+
 # --------------------------------------------------------------------------- errors
 
 RUN_ROUTES = ("", "/series?names=reward/mean", "/latest", "/histograms?name=reward/hist",

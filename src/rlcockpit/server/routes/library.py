@@ -6,13 +6,12 @@ server whose installation lacks the library answers 503 ``library_unavailable``.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from rlcockpit.errors import NotFoundError, RlcockpitError
+from rlcockpit.errors import RlcockpitError
 from rlcockpit.server.deps import require_viewer
 from rlcockpit.server.responses import SafeJSONResponse, json_response, json_safe
 
@@ -31,25 +30,19 @@ def search(q: Annotated[str, Query(min_length=1, description="symptom, e.g. 'KL 
            k: Annotated[int, Query(ge=1, le=50, description="hits at most")] = 5
            ) -> SafeJSONResponse:
     hits = _library().search(q, k)
-    return json_response({"items": [{**pattern_dict(h.pattern), "score": float(h.score)}
-                                    for h in hits]})
+    return json_response({"items": [{**pattern_dict(h.pattern), "score": float(h.score),
+                                     "lang": h.lang} for h in hits]})
 
 
 @router.get("/{pattern_id}", summary="One failure pattern (both languages)")
 def entry(pattern_id: str) -> SafeJSONResponse:
-    found = _library().get(pattern_id)
-    if found is None:
-        raise NotFoundError(f"the failure library has no pattern {pattern_id!r}; search it with "
-                            "/api/library/search?q=...", details={"pattern_id": pattern_id})
-    return json_response(pattern_dict(found))
+    return json_response(pattern_dict(_library().get(pattern_id)))  # NotFoundError -> 404
 
 
 def pattern_dict(pattern: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(pattern) and not isinstance(pattern, type):
-        return json_safe(dataclasses.asdict(pattern))
-    if hasattr(pattern, "to_dict"):
-        return json_safe(pattern.to_dict())
-    return json_safe(dict(vars(pattern)))
+    """Every field in both languages (``title: {en, zh}``...) plus ``title_en`` / ``title_zh``."""
+    out = pattern.to_dict()
+    return json_safe({**out, "title_en": out["title"]["en"], "title_zh": out["title"]["zh"]})
 
 
 @functools.cache
