@@ -161,6 +161,42 @@ def test_black_stops_and_rolls_back_to_the_last_checkpoint_before_the_incident(t
                                                        weights_only=False)["data"]
 
 
+def test_rollback_without_stop_continues_training_from_the_healthy_checkpoint(tmp_path, model_dir):
+    cfg = make_config(tmp_path, "train.steps=6", "checkpoint.every=2", "checkpoint.keep=10",
+                      script(s5="black"), "diagnostics.policy.actions.black=[alert,rollback]",
+                      model=model_dir)
+    trainer = Trainer(cfg)
+    replayed: list[int] = []
+    trainer.add_step_hook(lambda t, step: replayed.append(step))
+    result = trainer.run()
+    assert result.status == "finished" and result.step == 6
+    assert replayed == [1, 2, 3, 4, 5, 5, 6]  # back to step 4, then steps 5 and 6 again
+    (rb,) = [e for e in store_view(cfg, result.run_id)["actions"] if e.payload["action"] == "rollback"]
+    assert rb.payload["result"]["to_step"] == 4 and rb.payload["result"]["incident_first_step"] == 5
+
+
+def test_the_action_executor_can_be_wrapped_before_the_run(tmp_path, model_dir):
+    """The control layer's seam: every action passes one function it can wrap (tickets, refusals)."""
+    cfg = make_config(tmp_path, "train.steps=3", script(s2="red"), model=model_dir)
+    trainer = Trainer(cfg)
+    inner = trainer.diagnosis.executor
+    asked: list[str] = []
+
+    def with_tickets(action, ctx):
+        asked.append(action.name)
+        if action.name == "pause":
+            return {"ticket": "T-1", "status": "rejected by approver"}
+        return inner(action, ctx)
+
+    trainer.diagnosis.executor = with_tickets
+    result = trainer.run()
+    assert result.status == "finished" and result.step == 3
+    assert asked == ["alert", "snapshot", "checkpoint", "pause"]
+    assert not events(cfg, result.run_id, "paused")
+    pause = [e for e in store_view(cfg, result.run_id)["actions"] if e.payload["action"] == "pause"]
+    assert pause[0].payload["result"] == {"ok": True, "ticket": "T-1", "status": "rejected by approver"}
+
+
 def test_orange_saves_the_triggering_batch_and_keeps_training(tmp_path, model_dir):
     cfg = make_config(tmp_path, "train.steps=3", script(s2="orange"), model=model_dir)
     result = Trainer(cfg).run()

@@ -145,7 +145,9 @@ def test_abort_stops_the_run_after_the_overrunning_phase(tmp_path, model_dir):
 
 
 def test_nan_in_the_loss_skips_the_optimizer_step_and_the_run_continues(tmp_path, model_dir):
-    cfg = make_config(tmp_path, "train.steps=3", model=model_dir)
+    # the nonfinite detector fires red, whose default policy pauses for a person: here the guard is
+    # under test (tests/test_trainer_diagnostics.py covers the pause), so red only alerts and snapshots
+    cfg = make_config(tmp_path, "train.steps=3", "diagnostics.policy.actions.red=[alert,snapshot]", model=model_dir)
     trainer = Trainer(cfg)
 
     def poison(module, args, out):  # NaN logits, but only while gradients are on (UPDATE of step 2)

@@ -47,13 +47,15 @@ Executor = Callable[[Action, ActionContext], Mapping[str, Any]]
 
 
 class Diagnosis:
-    """Owned by the trainer: ``observe`` in DIAGNOSE, ``act`` at the phase boundary after it."""
+    """Owned by the trainer (``trainer.diagnosis``, built with it, so :attr:`executor` can be wrapped
+    before the run starts); ``attach`` in INIT, ``observe`` in DIAGNOSE, ``act`` at the boundary."""
 
-    def __init__(self, config: DiagnosticsConfig, telemetry: Any, *, run_config: Mapping[str, Any],
-                 gradstats: Any = None, notifier: Any = None) -> None:
+    def __init__(self, config: DiagnosticsConfig, telemetry: Any = None, *,
+                 run_config: Mapping[str, Any] | None = None, gradstats: Any = None,
+                 notifier: Any = None) -> None:
         self.config = config
         self.telemetry = telemetry
-        self.run_config = dict(run_config)
+        self.run_config = dict(run_config or {})
         self.gradstats = gradstats
         self.notifier = notifier
         self.policy = Policy(config.policy)
@@ -68,16 +70,16 @@ class Diagnosis:
         self.executor: Executor = execute
         self._reported_errors: set[str] = set()
 
-    @classmethod
-    def for_trainer(cls, trainer: Any) -> Diagnosis:
-        """Built in INIT, once the run is open (findings need its telemetry)."""
+    def attach(self, trainer: Any) -> None:
+        """In INIT, once the run is open: findings need its telemetry, snapshots its gradients."""
         from rlcockpit.config import to_dict
         from rlcockpit.diagnostics.notify import Notifier
 
-        cfg = trainer.cfg.diagnostics
-        notifier = Notifier(cfg.policy, run_id=trainer.telemetry.run_id) if cfg.enabled else None
-        return cls(cfg, trainer.telemetry, run_config=to_dict(trainer.cfg),
-                   gradstats=getattr(trainer.updater, "gradstats", None), notifier=notifier)
+        self.telemetry = trainer.telemetry
+        self.run_config = to_dict(trainer.cfg)
+        self.gradstats = getattr(trainer.updater, "gradstats", None)
+        if self.notifier is None and self.config.enabled:
+            self.notifier = Notifier(self.config.policy, run_id=trainer.telemetry.run_id)
 
     # ------------------------------------------------------------------ DIAGNOSE
 
@@ -172,6 +174,9 @@ def _alert(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
 
 
 def _pause(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
+    log.warning("step %d: pausing the run for a person (%s finding of %s); resume with "
+                "trainer.live.resume() or from the cockpit, or press Ctrl-C to stop with a checkpoint",
+                ctx.step, action.severity, action.detector)
     ctx.trainer.live.pause(reason=f"{action.severity} finding of {action.detector}: {action.finding.message}",
                            requested_by=f"diagnostics:{action.detector}")
     return {"paused": True, "resume": "trainer.live.resume() (or the control layer)"}

@@ -28,6 +28,7 @@ from rlcockpit.records import SampleRecord
 from rlcockpit.trainer import step_metrics as sm
 from rlcockpit.trainer.checkpoint import checkpoint_dir, load_state, prune, save_checkpoint
 from rlcockpit.trainer.config import TrainConfig
+from rlcockpit.trainer.control_link import ControlLink
 from rlcockpit.trainer.diagnosis import Diagnosis
 from rlcockpit.trainer.evaluation import Evaluator, decode_responses
 from rlcockpit.trainer.live import LiveControl, LiveParams, PendingChange
@@ -57,14 +58,17 @@ class Trainer:
     """``Trainer(cfg).run()``; ``trainer.live`` is the thread-safe inbox for live changes and commands."""
 
     def __init__(self, config: TrainConfig, *, resume_from: str | Path | None = None,
-                 observers: Sequence[StepObserver] = ()) -> None:
+                 observers: Sequence[StepObserver] = (), control_store: Any = None) -> None:
         self.cfg = config
         self.live = LiveControl(LiveParams.from_config(config))
         self.observers: list[StepObserver] = list(observers)
         self.step_hooks: list[StepHook] = []
         self.resume_from = Path(resume_from) if resume_from else None
         self.telemetry: Any = None
-        self.diagnosis: Diagnosis | None = None
+        self.diagnosis = Diagnosis(config.diagnostics)
+        # tickets and commands from the store's control plane (docs/control.md); None = not controlled
+        self.control = ControlLink(control_store, config.control) \
+            if control_store is not None and config.control.enabled else None
         self.c: Components | None = None
         self.step = 0
         self.last_metrics: dict[str, float] = {}
@@ -135,7 +139,9 @@ class Trainer:
         if state is not None:
             self.load_state_dict(state)
         self.telemetry = self._open_run(state["run_id"] if state else None)
-        self.diagnosis = Diagnosis.for_trainer(self)
+        self.diagnosis.attach(self)
+        if self.control is not None:
+            self.control.attach(self)
         duration = time.perf_counter() - t0
         self._phase_ended("INIT", self.step, duration, True)
         if state is None:
@@ -237,6 +243,8 @@ class Trainer:
         """Run the diagnostics' actions; apply queued live-parameter changes and commands; wait here while
         paused; checkpoint if due; a rollback asked for by a black finding comes last."""
         self.diagnosis.act(self, step)
+        if self.control is not None:
+            self.control.before_hotfix(step)
         with self.clock.phase("HOTFIX", step):
             for item in self.live.drain():
                 self._handle(item, step)
@@ -250,6 +258,13 @@ class Trainer:
         self.telemetry.log(step, {f"time/{p.lower()}_s": d for p, d in self.clock.take_durations().items()})
         self.telemetry.commit(step)
         self.diagnosis.act(self, step, rollback=True)
+        if self.control is not None:
+            self.control.after_hotfix(step)
+
+    def apply_now(self, step: int) -> None:
+        """Apply what the live inbox holds right away (the control link: commands, replays after a resume)."""
+        for item in self.live.drain():
+            self._handle(item, step)
 
     def checkpoint(self, step: int, reason: str) -> str:
         with self.clock.phase("CHECKPOINT", step):
@@ -271,8 +286,7 @@ class Trainer:
                 self.telemetry.log(self.step, {"time/checkpoint_s": self.clock.take_durations()["CHECKPOINT"]})
         finally:
             self.clock.close()
-            if self.diagnosis is not None:
-                self.diagnosis.close()
+            self.diagnosis.close()
             if self.telemetry is not None:
                 self.telemetry.close(status=status)
         run_id = self.telemetry.run_id if self.telemetry is not None else ""
@@ -392,6 +406,8 @@ class Trainer:
             return
         with self.clock.phase("PAUSED", step):
             while self.paused and not self.stop_requested:
+                if self.control is not None:
+                    self.control.while_paused(step)
                 if self.live.wait(0.2):
                     for item in self.live.drain():
                         self._handle(item, step)
@@ -430,6 +446,7 @@ class Trainer:
             "reward_rms": c.reward_rms.state_dict() if c.reward_rms else None,
             "value_norm": c.value_norm.state_dict() if c.value_norm else None,
             "live": self.live.params.as_dict(), "data": c.source.state_dict(),
+            "control": self.control.state_dict() if self.control is not None else None,
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                     "rollout": self.rollout_gen.get_state(), "update": u.generator.get_state()},
             "counters": {"nonfinite_total": self.nonfinite_total, "prev_kl_mean": self.prev_kl_mean,
@@ -449,6 +466,8 @@ class Trainer:
             if obj is not None and state.get(key) is not None:
                 obj.load_state_dict(state[key])
         self.live.set_params(LiveParams(**state["live"]))
+        if self.control is not None:
+            self.control.restored(state.get("control"))
         c.source.load_state_dict(state["data"])
         rng = state["rng"]
         random.setstate(rng["python"])
