@@ -79,6 +79,20 @@ def test_every_pattern_id_a_detector_names_exists(library):
     assert named, "no detector names any pattern (the nonfinite detector should)"
 
 
+def test_each_pattern_lists_exactly_the_detectors_pointing_to_it(library):
+    """`rlcockpit library show` tells which detectors raise findings for a pattern: that list must
+    match the detectors' own `patterns` attributes (a typo or a stale link fails here)."""
+    from rlcockpit.diagnostics.registry import available
+
+    pointing: dict[str, set[str]] = {}
+    for name, cls in available().items():
+        for pid in cls.patterns:
+            pointing.setdefault(pid, set()).add(name)
+    stale = {p.id: (sorted(p.detectors), sorted(pointing.get(p.id, ())))
+             for p in library if set(p.detectors) != pointing.get(p.id, set())}
+    assert not stale, f"patterns.yaml detectors (listed, actual) differ: {stale}"
+
+
 # --- validation ------------------------------------------------------------------------------
 
 def test_duplicate_id_is_refused_naming_the_id(tmp_path):
