@@ -8,7 +8,7 @@ import { clear, fmt, h } from "../ui.js";
 import { CHARTS, HEATMAPS, seriesNames } from "./dashboard_specs.js";
 
 const PREFS_KEY = "rlcockpit.dashboard";
-const REFRESH_MS = 2000;
+const REFRESH_MS = 1000;
 
 function loadPrefs() {
   try {

@@ -1,0 +1,166 @@
+"""Browser-test fixtures: a real uvicorn server (thread, free port) over a real SQLite store in
+tmp_path, Debian's chromium driven by Python Playwright, a page that fails the test on any console
+error, and a screenshot of every test under test-artifacts/.
+
+Playwright's own browser download does not work here; we launch the system chromium
+(``make test`` installs it when missing)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        raise RuntimeError("chromium is not installed; run `make test` (it installs Debian's chromium) "
+                           "or `apt-get install chromium`")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """create_app over ``uri`` served by uvicorn on its own thread."""
+
+    def __init__(self, uri: str) -> None:
+        import uvicorn
+
+        from rlcockpit.server.app import create_app
+        from rlcockpit.server.settings import ServerSettings
+        from rlcockpit.store import open_store
+
+        self.port = free_port()
+        settings = ServerSettings(store=uri, port=self.port, sse_poll_s=0.1, keepalive_s=5.0)
+        self.store = open_store(uri)
+        app = create_app(settings, self.store)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="e2e-uvicorn", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError(f"the test server did not start on port {self.port}")
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """serve(uri) -> LiveServer; every server started here is stopped after the test."""
+    servers: list[LiveServer] = []
+
+    def start(uri: str) -> LiveServer:
+        servers.append(LiveServer(uri))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+PROBES: dict[int, PageProbe] = {}
+
+
+class PageProbe:
+    """A page plus what went wrong in it (console errors, uncaught exceptions)."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        self.allowed: list[str] = []
+        page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
+        page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+
+    def unexpected(self) -> list[str]:
+        return [e for e in self.errors if not any(re.search(a, e) for a in self.allowed)]
+
+
+def allow_console_error(page: Any, pattern: str) -> None:
+    """Accept console errors matching ``pattern`` in this page (e.g. the 404 a test asks for)."""
+    PROBES[id(page)].allowed.append(pattern)
+
+
+def _open_page(browser: Any, request: Any, locale: str) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, locale=locale)
+    page = context.new_page()
+    page.set_default_timeout(15000)
+    probe = PageProbe(page)
+    PROBES[id(page)] = probe
+    yield page
+    PROBES.pop(id(page), None)
+    ARTIFACTS.mkdir(exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+    try:
+        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    finally:
+        context.close()
+    if probe.unexpected():
+        pytest.fail("errors in the browser console:\n" + "\n".join(probe.unexpected()))
+
+
+@pytest.fixture
+def page(browser, request) -> Iterator[Any]:
+    """An English page; the test fails if anything is logged as a console error."""
+    yield from _open_page(browser, request, "en-US")
+
+
+@pytest.fixture
+def zh_page(browser, request) -> Iterator[Any]:
+    """A page whose browser language is Chinese (the UI's default follows navigator.language)."""
+    yield from _open_page(browser, request, "zh-CN")
+
+
+@pytest.fixture(scope="module")
+def fixture_store(tmp_path_factory) -> tuple[str, str]:
+    """A finished 30-step run with histograms, samples (token arrays) and an incident + snapshot."""
+    import storekit
+
+    return storekit.build(tmp_path_factory.mktemp("store") / "runs.db")
+
+
+def wait_for(predicate, timeout: float = 15.0, interval: float = 0.1, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

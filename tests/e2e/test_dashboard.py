@@ -1,0 +1,123 @@
+"""The dashboard: live growth from a real training run, no duplicated steps, a click on a reward
+point opens that step's samples, linked zoom and the annotation extension API."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+
+from conftest import wait_for
+
+
+def points(page, chart: str) -> int:
+    return int(page.locator(f"#chart-{chart}").get_attribute("data-points") or 0)
+
+
+@pytest.fixture
+def training(tmp_path):
+    """A tiny real PPO run (random 2-layer GPT-2, tiny world prompts) training in a thread."""
+    from rlcockpit.trainer.trainer import Trainer
+    from trainer_testkit import make_config, make_model_dir
+
+    model = make_model_dir(tmp_path / "model")
+    cfg = make_config(tmp_path, "train.steps=400", "telemetry.token_arrays_recent_steps=2", model=model)
+    trainer = Trainer(cfg)
+    thread = threading.Thread(target=trainer.run, name="e2e-trainer", daemon=True)
+    thread.start()
+    yield cfg.telemetry.store, trainer
+    trainer.live.stop(reason="test over", requested_by="e2e")
+    thread.join(timeout=60)
+
+
+def test_reward_chart_grows_live_without_refetching(training, serve, page):
+    uri, _trainer = training
+    server = serve(uri)
+    wait_for(lambda: httpx.get(f"{server.url}/api/runs").json()["items"], what="the run to appear")
+    series_requests: list[str] = []
+    # the dashboard's one series request (the header's step-rate request asks for reward/mean only)
+    page.on("request", lambda r: "/series" in r.url and "policy%2Fentropy" in r.url and series_requests.append(r.url))
+    page.goto(f"{server.url}/#/")
+    page.wait_for_selector("#chart-reward")
+    wait_for(lambda: points(page, "reward") >= 1, timeout=60, what="the first step on the reward chart")
+    first = points(page, "reward")
+    wait_for(lambda: points(page, "reward") >= first + 3, timeout=60, what="three more live steps")
+    grown = points(page, "reward")
+    # every step once: the chart's points are exactly the steps 1..last (none missed, none twice)
+    assert int(page.locator("#chart-reward").get_attribute("data-last-step")) == grown
+    assert len(series_requests) == 1, series_requests  # live steps were appended, not refetched
+    for chart in ("kl", "entropy", "loss", "length", "clip", "truncation", "grad"):
+        assert points(page, chart) >= first + 3, chart
+    assert page.locator("#conn-state").inner_text() == "live"
+    assert page.locator("#run-status").inner_text() == "running"
+
+
+def test_a_step_already_shown_is_never_added_twice(fixture_store, serve, page):
+    uri, run_id = fixture_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/run/{run_id}/dashboard")
+    wait_for(lambda: points(page, "reward") == 30, what="30 steps")
+    send = """([step, value]) => window.rlcockpit.state.live.receive("step",
+        {data: JSON.stringify({step, wall_time: Date.now() / 1000, metrics: {"reward/mean": value}}), lastEventId: ""})"""
+    page.evaluate(send, [30, 9.0])  # the last step again (e.g. a replay after reconnecting)
+    page.evaluate(send, [12, 9.0])
+    page.wait_for_timeout(200)
+    assert points(page, "reward") == 30
+    page.evaluate(send, [31, 0.9])
+    wait_for(lambda: points(page, "reward") == 31, what="step 31 appended")
+    values = page.evaluate("() => window.rlcockpit.dashboard.charts.reward.data.get('reward/mean').values")
+    assert 9.0 not in values and values[-1] == 0.9
+
+
+def test_clicking_a_reward_point_opens_that_steps_samples(fixture_store, serve, page):
+    uri, run_id = fixture_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/run/{run_id}/dashboard")
+    wait_for(lambda: points(page, "reward") == 30, what="the reward chart")
+    pos = page.evaluate("() => window.rlcockpit.dashboard.charts.reward.pixelOf(17)")
+    box = page.locator("#chart-reward").bounding_box()
+    page.mouse.click(box["x"] + pos["x"], box["y"] + pos["y"])
+    page.wait_for_function("() => location.hash.includes('/samples')")
+    assert "step_min=17" in page.evaluate("location.hash") and "step_max=17" in page.evaluate("location.hash")
+    rows = page.locator("#sample-list tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == 4
+    assert {rows.nth(i).get_attribute("data-step") for i in range(rows.count())} == {"17"}
+    assert page.locator("#f-step_min").input_value() == "17"
+
+
+def test_zoom_is_linked_and_annotations_mark_steps(fixture_store, serve, page):
+    uri, run_id = fixture_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/run/{run_id}/dashboard")
+    wait_for(lambda: points(page, "reward") == 30, what="the reward chart")
+    page.evaluate("""() => window.rlcockpit.dashboard.charts.reward.chart.dispatchAction(
+        {type: "dataZoom", start: 50, end: 100})""")
+    zoom = "(id) => window.rlcockpit.dashboard.charts[id].chart.getOption().dataZoom[0].start"
+    wait_for(lambda: page.evaluate(zoom, "kl") == 50, what="the KL chart to follow the zoom")
+    assert page.evaluate(zoom, "grad") == 50
+    page.evaluate(f"""() => window.rlcockpit.charts.annotate("{run_id}",
+        [{{step: 12, label: "ticket #7 applied"}}], "tickets")""")
+    marks = """(id) => window.rlcockpit.dashboard.charts[id].chart.getOption().series[0].markLine.data
+        .filter((m) => m.xAxis !== undefined).map((m) => [m.xAxis, m.name])"""
+    wait_for(lambda: page.evaluate(marks, "reward") == [[12, "ticket #7 applied"]], what="the annotation")
+    assert page.evaluate(marks, "entropy") == [[12, "ticket #7 applied"]]
+    # the KL chart carries the target and the 1.5x warning line (kl/target = 0.5 in the fixture)
+    hlines = page.evaluate("""() => window.rlcockpit.dashboard.charts.kl.chart.getOption().series[0].markLine.data
+        .filter((m) => m.yAxis !== undefined).map((m) => m.yAxis)""")
+    assert hlines == [0.5, 0.75]
+
+
+def test_wall_clock_axis_toggle_is_remembered(fixture_store, serve, page):
+    uri, run_id = fixture_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/run/{run_id}/dashboard")
+    wait_for(lambda: points(page, "reward") == 30, what="the reward chart")
+    page.click("#x-wall")
+    x_type = "() => window.rlcockpit.dashboard.charts.reward.chart.getOption().xAxis[0].type"
+    assert page.evaluate(x_type) == "time"
+    page.reload()
+    wait_for(lambda: points(page, "reward") == 30, what="the reward chart after reload")
+    assert page.evaluate(x_type) == "time"
+    assert "active" in page.locator("#x-wall").get_attribute("class")
