@@ -105,13 +105,22 @@ def run_command(args: argparse.Namespace) -> int:
         cfg = build_config(args, base=checkpoint_config(resume_path))
     from rlcockpit.trainer.trainer import Trainer
 
-    trainer = Trainer(cfg, resume_from=resume_path)
+    trainer = Trainer(cfg, resume_from=resume_path, control_store=control_store(cfg))
     if args.quiet:
         result = trainer.run()
     else:
         result = run_with_progress(trainer, cfg)
         print_summary(result, cfg)
     return 0 if result.status in ("finished", "stopped") else 1
+
+
+def control_store(cfg: TrainConfig) -> Any:
+    """The store's control plane for the trainer (tickets and commands, docs/control.md), or None."""
+    if not cfg.control.enabled:
+        return None
+    from rlcockpit.store import open_store
+
+    return open_store(cfg.telemetry.store).control()
 
 
 def run_with_progress(trainer: Any, cfg: TrainConfig) -> Any:
