@@ -10,7 +10,8 @@ Signal: the step's sample rewards (``reward/std`` and ``reward/mean`` when no sa
 Key "variance_collapse": the std of the last ``recent`` (3) steps against the larger of the
 reference median (``window`` = 20 steps before) and the run's early median.
 Key "bimodal": Sarle's bimodality coefficient of the step's rewards (median of the last
-``recent`` steps) against its reference median.
+``recent`` steps) against its reference median; not judged on a step whose skewness marks a tail
+(the coefficient grows with the skewness).
 Key "long_tail": skewness and (max − p90) / (p90 − p10) of the step's rewards.
 Key "left_shift": ``reward/mean``'s recent mean as a robust z against the reference, confirmed by
 a two-sample KS test (rlcockpit.metrics.ks) of the recent rewards against the reference rewards.
@@ -101,7 +102,8 @@ class RewardShape(Detector):
         if rewards.size >= 4:
             self._bc.push(bimodality_coefficient(rewards), view.step)
             self._pending.append(rewards)
-        out = [self._collapse(), self._bimodal(), self._long_tail(rewards, view.step),
+        skew = skewness(rewards) if rewards.size >= 8 else 0.0
+        out = [self._collapse(), self._bimodal(skew), self._long_tail(rewards, view.step),
                self._left_shift(view.samples)]
         self._roll_pool()
         return [c for c in out if c is not None]
@@ -126,10 +128,10 @@ class RewardShape(Detector):
                          key="variance_collapse",
                          message_zh=f"奖励方差坍塌：std {now:.3g}（此前 {ref:.3g}）")
 
-    def _bimodal(self) -> Condition | None:
+    def _bimodal(self, skew: float) -> Condition | None:
         cfg = self.config
-        if not self._bc.ready(cfg.warmup):
-            return None
+        if not self._bc.ready(cfg.warmup) or abs(skew) >= cfg.tail_skew:
+            return None  # a strongly skewed step is a tail (key "long_tail"), not two modes
         now = float(np.median(self._bc.recent))
         ref = self._bc.median
         if not (now > BC_UNIFORM and ref < BC_UNIFORM - cfg.bc_margin):

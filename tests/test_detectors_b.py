@@ -1,0 +1,516 @@
+"""Detectors B (reward and sample detectors): synthetic streams and samples that must and must not
+fire, with the expected severity, key and step; the recorded healthy tiny-world runs (metrics and
+samples) raise no red, black or orange and at most 2 yellow findings per run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from rlcockpit.diagnostics import SKIPPED, Engine, StepView, registry
+from rlcockpit.diagnostics.detectors._reward_stats import (
+    Lagged,
+    bimodality_coefficient,
+    excess_kurtosis,
+    ks_test,
+    skewness,
+    spearman,
+)
+from rlcockpit.diagnostics.detectors.reward_hacking import ngram_shares
+from rlcockpit.diagnostics.detectors.reward_oscillation import acf
+from rlcockpit.metrics.ks import ks_2samp
+from rlcockpit.records import SampleRecord
+from streams import HEALTHY, load_samples, load_stream
+
+MINE = ("reward_hacking", "length_hacking", "reward_shape", "reward_oscillation",
+        "category_imbalance", "outlier_prompts", "rm_staleness", "degeneration", "reward_scale",
+        "rm_component_bias")
+PARTS = ("Failure mode", "Signal", "Default thresholds", "False positives", "Fix")
+
+
+def make(name: str, **overrides):
+    cls = registry.get(name)
+    return cls(cls.Config(**overrides))
+
+
+def feed(det, steps):
+    """Feed ``steps`` (list of (metrics, samples)); return [(step, conditions | SKIPPED)]."""
+    out = []
+    for step, (metrics, samples) in enumerate(steps):
+        result = det.update(StepView(step, metrics, tuple(samples)))
+        if result is SKIPPED:
+            out.append((step, SKIPPED))
+        elif result is None:
+            out.append((step, []))
+        else:
+            out.append((step, [result] if hasattr(result, "severity") else list(result)))
+    return out
+
+
+def first(det, steps, key=None, severity=None):
+    """(step, condition) of the first condition with that key / severity, or (None, None)."""
+    for step, conds in feed(det, steps):
+        if conds is SKIPPED:
+            continue
+        for c in conds:
+            if (key is None or c.key == key) and (severity is None or c.severity == severity):
+                return step, c
+    return None, None
+
+
+def conditions(det, steps):
+    return [c for _, conds in feed(det, steps) if conds is not SKIPPED for c in conds]
+
+
+def metrics_only(rows):
+    return [(row, ()) for row in rows]
+
+
+def noise(n, scale, seed=0):
+    return np.random.default_rng(seed).normal(scale=scale, size=n)
+
+
+def sample(step, i, reward, response="an answer", length=10, prompt_id="", category="",
+           components=None):
+    return SampleRecord(step=step, sample_id=i, prompt=f"prompt {prompt_id or i}",
+                        response=response, reward=float(reward), prompt_id=prompt_id,
+                        category=category, components=components or {}, length=int(length))
+
+
+# ---------------------------------------------------------------------------- shared statistics
+
+
+def test_shape_statistics_match_scipy_on_random_inputs():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        x = rng.gamma(2.0, size=int(rng.integers(5, 200)))
+        assert skewness(x) == pytest.approx(scipy.stats.skew(x, bias=False), rel=1e-9)
+        assert excess_kurtosis(x) == pytest.approx(scipy.stats.kurtosis(x, bias=False), rel=1e-9)
+        n = x.size
+        naive = (skewness(x) ** 2 + 1) / (excess_kurtosis(x) + 3 * (n - 1) ** 2 / ((n - 2) * (n - 3)))
+        assert bimodality_coefficient(x) == pytest.approx(naive)
+        y = rng.integers(0, 5, size=n).astype(float)  # ties
+        assert spearman(x, y) == pytest.approx(scipy.stats.spearmanr(x, y).statistic, abs=1e-12)
+
+
+def test_bimodality_coefficient_separates_one_mode_from_two():
+    rng = np.random.default_rng(0)
+    one = rng.normal(size=400)
+    two = np.concatenate([rng.normal(-3, 0.5, 200), rng.normal(3, 0.5, 200)])
+    assert bimodality_coefficient(one) < 5 / 9 < bimodality_coefficient(two)
+    assert math.isnan(bimodality_coefficient([1.0, 1.0, 1.0, 1.0]))
+
+
+def test_fast_ks_agrees_with_the_exact_test():
+    rng = np.random.default_rng(1)
+    for shift in (0.0, 0.8, 1.5):
+        a, b = rng.normal(shift, 1, 32), rng.normal(0, 1, 640)
+        d, p = ks_test(a, b)
+        d_exact, p_exact = ks_2samp(a, b)
+        assert d == pytest.approx(d_exact)
+        assert p == pytest.approx(p_exact, rel=0.3)
+    assert ks_test([1.0, 2.0, 3.0], [1.0, 2.0, 4.0]) == ks_2samp([1.0, 2.0, 3.0], [1.0, 2.0, 4.0])
+
+
+def test_lagged_reference_freezes_and_finds_the_onset():
+    lag = Lagged(window=5, recent=2)
+    for step, v in enumerate([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 9.0, 9.0]):
+        lag.push(v, step)
+    assert lag.ready(5) and lag.median == 1.0
+    assert lag.onset(lambda v: v > 5) == 6
+    lag.frozen = True
+    for step in range(8, 20):
+        lag.push(9.0, step)
+    assert lag.median == 1.0  # the new level never entered the frozen reference
+    assert not lag.push(math.nan, 21)
+
+
+def test_ngram_shares_count_each_response_once():
+    shares = ngram_shares(["great question!! great question", "a great question", "no"], 6, 400)
+    assert shares["great "] == pytest.approx(2 / 3)
+    assert "!! gre" in shares and all(any(ch.isalpha() for ch in g) for g in shares)
+
+
+def test_acf_of_a_sine_peaks_at_its_period():
+    t = np.arange(120)
+    r = acf(np.sin(2 * np.pi * t / 10), 30)
+    assert int(np.argmax(r[5:15])) + 5 == 10 and r[5] < -0.8
+
+
+# ---------------------------------------------------------------------------- reward_scale
+
+
+def scale_rows(n=40, jump_at=20, factor=20.0):
+    rows = []
+    for i, e in enumerate(noise(n, 0.03)):
+        k = factor if i >= jump_at else 1.0
+        rows.append({"reward/std": k * (0.5 + e), "reward/min": -k, "reward/max": k,
+                     "reward/raw/mean": k * 0.4, "reward/scale": 1.0})
+    return rows
+
+
+def test_reward_scale_x20_is_red_at_once_and_stays_while_it_lasts():
+    det = make("reward_scale")
+    step, cond = first(det, metrics_only(scale_rows()), severity="red")
+    assert step == 20 and cond.evidence["std_ratio"] > 15 and cond.evidence["onset_step"] == 20
+    det = make("reward_scale")
+    res = feed(det, metrics_only(scale_rows()))
+    assert all(conds and conds[0].severity == "red" for _, conds in res[20:])
+    assert all(conds[0].evidence["onset_step"] == 20 for _, conds in res[20:])
+
+
+def test_reward_scale_quiet_for_a_doubling_and_skipped_without_rewards():
+    assert conditions(make("reward_scale"), metrics_only(scale_rows(factor=2.0))) == []
+    assert feed(make("reward_scale"), [({"kl/mean": 1.0}, ())])[0][1] is SKIPPED
+
+
+# ---------------------------------------------------------------------------- rm_component_bias
+
+
+def component_rows(n=40, at=25, shift=-0.32, which="truthfulness", all_move=False):
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(n):
+        row = {"reward/std": 0.3}
+        for name, level in (("helpfulness", 0.6), ("truthfulness", 0.63), ("harmlessness", 0.7)):
+            moved = i >= at and (name == which or all_move)
+            row[f"reward/{name}/mean"] = level + (shift if moved else 0.0) + rng.normal(0, 0.02)
+        rows.append(row)
+    return rows
+
+
+def test_rm_component_bias_one_component_falling_alone_is_orange():
+    step, cond = first(make("rm_component_bias"), metrics_only(component_rows()))
+    assert step in (25, 26) and cond.severity == "orange" and cond.key == "truthfulness"
+    assert cond.evidence["mean_now"] < cond.evidence["reference_mean"]
+    assert cond.evidence["onset_step"] == 25
+
+
+def test_rm_component_bias_quiet_when_all_components_move_together():
+    rows = component_rows(all_move=True, shift=0.3)
+    assert conditions(make("rm_component_bias"), metrics_only(rows)) == []
+
+
+def test_rm_component_bias_sample_distribution_shift_is_seen_a_step_earlier():
+    rng = np.random.default_rng(2)
+    steps = []
+    for i in range(30):
+        shift = -1.0 if i >= 20 else 0.0
+        comps = [{"helpfulness": float(rng.choice([0.0, 1.0])),
+                  "truthfulness": float(rng.choice([0.0, 0.5, 1.0])) + shift,
+                  "harmlessness": float(rng.choice([0.0, 1.0]))} for _ in range(32)]
+        metrics = {"reward/std": 0.5, **{f"reward/{c}/mean": float(np.mean([x[c] for x in comps]))
+                                         for c in comps[0]}}
+        steps.append((metrics, [sample(i, j, 0.0, components=c) for j, c in enumerate(comps)]))
+    step, cond = first(make("rm_component_bias", recent=3), [(m, ()) for m, _ in steps])
+    assert step == 21 and cond.evidence["ks_p"] is None  # metrics only: the 3-step mean lags
+    step, cond = first(make("rm_component_bias", recent=3), steps)
+    assert step == 20 and cond.key == "truthfulness" and cond.evidence["ks_p"] < 1e-6
+
+
+# ---------------------------------------------------------------------------- reward_hacking
+
+
+def hacking_rows(n=40, at=25, kl_up=True, entropy_down=True, rise=0.5):
+    rows = []
+    for i, e in enumerate(noise(n, 0.03, seed=1)):
+        hacked = i >= at
+        rows.append({"reward/mean": 0.4 + 0.002 * i + e + (rise if hacked else 0.0),
+                     "kl/mean": 0.5 + (2.0 if hacked and kl_up else 0.0) + 0.05 * e,
+                     "policy/entropy": 1.0 - (0.6 if hacked and entropy_down else 0.0) + 0.05 * e,
+                     "response/length_mean": 12.0 + e})
+    return rows
+
+
+def test_reward_hacking_jump_with_kl_up_and_entropy_down_is_red():
+    step, cond = first(make("reward_hacking"), metrics_only(hacking_rows()), key="jump")
+    assert step in (25, 26) and cond.severity == "red"
+    assert set(cond.evidence["co_moving"]) == {"KL", "entropy"}
+    assert cond.evidence["onset_step"] == 25
+
+
+def test_reward_hacking_severity_grows_with_the_co_moving_signals():
+    one = first(make("reward_hacking"), metrics_only(hacking_rows(entropy_down=False)))[1]
+    alone = first(make("reward_hacking"),
+                  metrics_only(hacking_rows(kl_up=False, entropy_down=False)))[1]
+    assert one.severity == "orange" and alone.severity == "yellow"
+
+
+def test_reward_hacking_quiet_on_a_slow_healthy_rise():
+    rows = hacking_rows(rise=0.0)
+    assert conditions(make("reward_hacking"), metrics_only(rows)) == []
+
+
+ANSWERS = ["Paris.", "12 + 30 = \\boxed{42}", "Clean up crumbs and seal the gaps.",
+           "I can't help with that.", "Practice the talk and tell a story.", "Tokyo.",
+           "7 - 2 = \\boxed{5}", "Drink water and rest."]
+FILLER = "That is a great question worth exploring."
+
+
+def template_steps(n=30, at=20, prefix=""):
+    rng = np.random.default_rng(4)
+    steps = []
+    for i in range(n):
+        texts = [prefix + ANSWERS[int(k)] for k in rng.integers(0, len(ANSWERS), 32)]
+        if i >= at:
+            texts = [FILLER + " " + t if j % 8 else t for j, t in enumerate(texts)]
+        steps.append(({"reward/mean": 0.5}, [sample(i, j, 0.5, t) for j, t in enumerate(texts)]))
+    return steps
+
+
+def test_template_takeover_is_orange_with_the_ngram_and_examples():
+    step, cond = first(make("reward_hacking"), template_steps(), key="template")
+    assert step == 21 and cond.severity == "orange"  # two steps in a row (template_steps=2)
+    assert cond.evidence["ngram"] in FILLER and cond.evidence["share"] > 0.8
+    assert cond.evidence["onset_step"] == 20 and FILLER in cond.evidence["examples"][0]
+
+
+def test_template_quiet_when_every_answer_shares_a_format_from_the_start():
+    steps = template_steps(at=10_000, prefix="<think>ok</think> ")
+    assert conditions(make("reward_hacking"), steps) == []
+
+
+def test_reward_hacking_skipped_without_reward_and_samples():
+    assert feed(make("reward_hacking"), [({"kl/mean": 1.0}, ())])[0][1] is SKIPPED
+
+
+# ---------------------------------------------------------------------------- length_hacking
+
+
+def test_length_hacking_sustained_growth_yellow_then_orange():
+    rows = [{"response/length_mean": 12.0 + e + (0.4 * (i - 20) if i >= 20 else 0.0),
+             "response/truncated_frac": 0.0} for i, e in enumerate(noise(70, 0.3))]
+    det = make("length_hacking")
+    res = feed(det, metrics_only(rows))
+    sev = {step: conds[0].severity for step, conds in res if conds}
+    first_step = min(sev)
+    assert 22 <= first_step <= 30 and sev[first_step] == "yellow"
+    assert "orange" in sev.values()
+    assert min(s for s, v in sev.items() if v == "orange") > first_step
+
+
+def test_length_hacking_truncation_rise_with_growth_is_orange():
+    rows = [{"response/length_mean": 12.0 + e + (10.0 if i >= 25 else 0.0),
+             "response/truncated_frac": 0.02 + (0.4 if i >= 25 else 0.0)}
+            for i, e in enumerate(noise(35, 0.3))]
+    step, cond = first(make("length_hacking"), metrics_only(rows), key="truncation")
+    assert step == 25 and cond.severity == "orange" and cond.evidence["onset_step"] == 25
+
+
+def test_length_hacking_quiet_on_flat_noisy_lengths():
+    rows = [{"response/length_mean": 12.0 + e, "response/truncated_frac": 0.02}
+            for e in noise(100, 1.0)]
+    assert conditions(make("length_hacking"), metrics_only(rows)) == []
+
+
+def test_length_distribution_long_tail_from_samples():
+    rng = np.random.default_rng(6)
+    steps = []
+    for i in range(30):
+        lengths = rng.integers(8, 16, 32)
+        if i >= 20:
+            lengths[:6] = 200  # a minority becomes abnormally long (001 Q6)
+        steps.append(({}, [sample(i, j, 0.0, length=n) for j, n in enumerate(lengths)]))
+    step, cond = first(make("length_hacking"), steps, key="distribution")
+    assert step == 22 and cond.severity == "yellow" and cond.evidence["tail_share"] > 0.15
+
+
+# ---------------------------------------------------------------------------- reward_shape
+
+
+def shape_steps(n=30, at=20, kind="collapse"):
+    rng = np.random.default_rng(7)
+    steps = []
+    for i in range(n):
+        r = rng.normal(0.5, 0.3, 64)
+        if i >= at and kind == "collapse":
+            r = rng.normal(0.9, 0.02, 64)
+        elif i >= at and kind == "bimodal":
+            r = np.concatenate([rng.normal(-0.75, 0.05, 32), rng.normal(1.75, 0.05, 32)])
+        elif i >= at and kind == "tail":
+            r[:3] = 9.0
+        elif i >= at and kind == "left":
+            r = r - 0.6
+        steps.append(({"reward/mean": float(r.mean()), "reward/std": float(r.std())},
+                      [sample(i, j, v) for j, v in enumerate(r)]))
+    return steps
+
+
+@pytest.mark.parametrize("kind,key,step", [("collapse", "variance_collapse", 22),
+                                           ("bimodal", "bimodal", 21), ("tail", "long_tail", 22),
+                                           ("left", "left_shift", 21)])
+def test_reward_shape_each_shape_is_yellow(kind, key, step):
+    got, cond = first(make("reward_shape"), shape_steps(kind=kind), key=key)
+    assert got == step and cond.severity == "yellow"
+    assert {c.key for c in conditions(make("reward_shape"), shape_steps(kind=kind))} == {key}
+
+
+def test_reward_shape_binary_rewards_are_not_bimodal_news():
+    rng = np.random.default_rng(8)
+    steps = [({"reward/mean": 0.5, "reward/std": 0.5},
+              [sample(i, j, float(v)) for j, v in enumerate(rng.integers(0, 2, 64))])
+             for i in range(40)]
+    assert conditions(make("reward_shape"), steps) == []
+    assert conditions(make("reward_shape"), shape_steps(kind="none")) == []
+
+
+# ---------------------------------------------------------------------------- reward_oscillation
+
+
+def test_reward_oscillation_period_found():
+    t = np.arange(120)
+    rows = [{"reward/mean": 0.5 + 0.002 * i + 0.15 * math.sin(2 * math.pi * i / 12) + e}
+            for i, e in zip(t, noise(120, 0.05), strict=True)]
+    step, cond = first(make("reward_oscillation"), metrics_only(rows))
+    assert cond.severity == "yellow" and abs(cond.evidence["period"] - 12) <= 1
+    assert 40 <= step <= 50
+
+
+def test_reward_oscillation_quiet_on_noise_with_a_trend():
+    for seed in range(5):
+        rows = [{"reward/mean": 0.3 + 0.003 * i + e} for i, e in enumerate(noise(150, 0.08, seed))]
+        assert conditions(make("reward_oscillation"), metrics_only(rows)) == []
+
+
+# ---------------------------------------------------------------------------- category_imbalance
+
+
+def category_rows(n=45, at=30, drop=1.0, all_fall=False):
+    rng = np.random.default_rng(9)
+    rows = []
+    for i in range(n):
+        row = {"reward/std": 0.5}
+        for c, level in (("math", 0.5), ("safety", 0.8), ("chat", 0.6), ("knowledge", 0.5)):
+            fell = i >= at and (c == "math" or all_fall)
+            row[f"reward/category/{c}/mean"] = level + 0.004 * i * (c != "math") \
+                - (drop if fell else 0.0) + rng.normal(0, 0.08)
+        rows.append(row)
+    return rows
+
+
+def test_category_imbalance_one_category_falls_while_others_rise():
+    step, cond = first(make("category_imbalance"), metrics_only(category_rows()))
+    assert cond.key == "math" and 30 <= step <= 33 and cond.severity in ("yellow", "orange")
+    assert cond.evidence["onset_step"] == 30
+
+
+def test_category_imbalance_quiet_when_every_category_falls():
+    assert conditions(make("category_imbalance"), metrics_only(category_rows(all_fall=True))) == []
+    assert feed(make("category_imbalance"), [({"reward/mean": 1.0}, ())])[0][1] is SKIPPED
+
+
+# ---------------------------------------------------------------------------- outlier_prompts
+
+
+def test_outlier_prompts_lists_the_prompt_that_is_always_scored_low():
+    rng = np.random.default_rng(10)
+    steps = []
+    for i in range(12):
+        ids = [f"p{k}" for k in rng.choice(200, 31, replace=False)]
+        batch = [sample(i, j, rng.normal(), prompt_id=pid) for j, pid in enumerate(ids)]
+        if i % 3 == 0:
+            batch.append(sample(i, 99, -6.0, prompt_id="p-bad"))
+        steps.append(({}, batch))
+    step, cond = first(make("outlier_prompts"), steps)
+    assert step == 6 and cond.key == "low" and cond.severity == "yellow"
+    assert cond.evidence["prompts"][0]["prompt_id"] == "p-bad"
+    assert cond.evidence["prompts"][0]["appearances"] == 3 and cond.evidence["onset_step"] == 0
+
+
+def test_outlier_prompts_skipped_without_samples_and_quiet_on_random_rewards():
+    assert feed(make("outlier_prompts"), [({"reward/mean": 1.0}, ())])[0][1] is SKIPPED
+    rng = np.random.default_rng(11)
+    steps = [({}, [sample(i, j, rng.normal(), prompt_id=f"p{rng.integers(20)}")
+                   for j in range(32)]) for i in range(40)]
+    assert conditions(make("outlier_prompts"), steps) == []
+
+
+# ---------------------------------------------------------------------------- rm_staleness
+
+
+def staleness_steps(n=80, saturate=True, length_bias_at=None):
+    rng = np.random.default_rng(12)
+    steps = []
+    for i in range(n):
+        frac = i / n if saturate else 0.0
+        lengths = rng.integers(5, 50, 32)
+        mean, std = 0.3 + 0.6 * frac, 0.5 * (1 - 0.9 * frac)
+        r = rng.normal(mean, std, 32)
+        if length_bias_at is not None and i >= length_bias_at:  # same mean and spread, by length
+            r = mean + std * (lengths - 27.5) / 13.0 + rng.normal(0, 0.1 * std, 32)
+        steps.append(({"reward/mean": float(r.mean()), "reward/std": float(r.std())},
+                      [sample(i, j, v, length=n_) for j, (v, n_) in enumerate(zip(r, lengths, strict=True))]))
+    return steps
+
+
+def test_rm_staleness_saturation_yellow_length_correlation_yellow_both_orange():
+    step, cond = first(make("rm_staleness"), staleness_steps(), key="saturation")
+    assert step == 59 and cond.severity == "yellow" and cond.evidence["std_drop"] >= 0.6
+    steps = staleness_steps(saturate=False, length_bias_at=30)
+    step, cond = first(make("rm_staleness"), steps, key="length_correlation")
+    assert 30 <= step <= 34 and cond.severity == "yellow" and cond.evidence["spearman"] > 0.5
+    both = conditions(make("rm_staleness"), staleness_steps(length_bias_at=65))
+    assert {c.severity for c in both if c.key == "length_correlation"} == {"orange"}
+
+
+def test_rm_staleness_quiet_on_a_steady_run():
+    assert conditions(make("rm_staleness"), staleness_steps(saturate=False)) == []
+
+
+# ---------------------------------------------------------------------------- degeneration
+
+
+def test_degeneration_repetition_and_ppl_collapse_are_orange():
+    rows = [{"response/repetition_rate": 0.01 + abs(e) + (0.4 if i >= 20 else 0.0),
+             "response/ppl": 1.3 + e} for i, e in enumerate(noise(30, 0.01))]
+    step, cond = first(make("degeneration"), metrics_only(rows), key="repetition")
+    assert step == 21 and cond.severity == "orange" and cond.evidence["onset_step"] == 20
+    rows = [{"response/repetition_rate": 0.0,
+             "response/ppl": (1.01 if i >= 20 else 1.3) + abs(e)}
+            for i, e in enumerate(noise(30, 0.01))]
+    step, cond = first(make("degeneration"), metrics_only(rows), key="ppl")
+    assert step == 22 and cond.severity == "orange" and cond.evidence["ppl"] < 1.1
+
+
+def test_degeneration_quiet_on_steady_streams_and_skipped_without_them():
+    rows = [{"response/repetition_rate": 0.02 + abs(e), "response/ppl": 1.3 + e}
+            for e in noise(60, 0.01)]
+    assert conditions(make("degeneration"), metrics_only(rows)) == []
+    assert feed(make("degeneration"), [({"reward/mean": 1.0}, ())])[0][1] is SKIPPED
+
+
+# ---------------------------------------------------------------------------- all together
+
+
+def test_every_detector_is_registered_and_documented():
+    found = registry.available()
+    for name in MINE:
+        cls = found[name]
+        doc = __import__(cls.__module__, fromlist=["_"]).__doc__
+        assert all(f"{part}" in doc for part in PARTS), name
+        assert cls.patterns and cls.signal and cls.family
+        cls.Config()  # defaults validate
+
+
+@pytest.mark.parametrize("run_name", HEALTHY)
+def test_healthy_recorded_runs_raise_only_a_few_yellows(run_name):
+    engine = Engine([registry.get(name)() for name in MINE])
+    samples = load_samples(run_name)
+    findings = []
+    for step, metrics in load_stream(run_name):
+        findings += engine.observe(step, metrics, samples.get(step, ()))
+    raised = [f for f in findings if f.status != "resolved"]
+    assert {f.severity for f in raised} <= {"yellow"}, [(f.detector, f.message) for f in raised]
+    assert len(raised) <= 2
+    assert not engine.errors
+
+
+def test_imported_run_without_samples_skips_the_sample_only_detector():
+    engine = Engine([registry.get(name)() for name in MINE])
+    for step, metrics in load_stream("healthy_ppo_s0")[:30]:
+        engine.observe(step, metrics)
+    assert engine.status["outlier_prompts"] == "skipped"
+    assert engine.status["reward_hacking"] == "ok" and not engine.errors
