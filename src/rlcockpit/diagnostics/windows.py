@@ -6,7 +6,7 @@ Each function is tested against a naive loop on random inputs (tests/test_diagno
 
 - :class:`Window` — the last ``size`` finite values of one quantity;
 - :func:`rolling` — every length-``w`` window of a series (a strided view);
-- :func:`robust_z` — (x − median) / (1.4826·MAD), the outlier score robust to the spikes it looks for;
+- :func:`robust_z` — (x − median) / (1.4826·MAD), an outlier score robust to the spikes it seeks;
 - :func:`mann_kendall` — the Mann–Kendall monotonic-trend test (S, Var(S), Z, two-sided p, tau);
 - :func:`spearman_trend` — Spearman's rank correlation of the values with time;
 - :func:`slope` / :func:`theil_sen` — least-squares and median-of-pairwise-slopes trend per step;

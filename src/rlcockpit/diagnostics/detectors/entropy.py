@@ -45,7 +45,8 @@ class EntropyConfig(Config):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(2 * self.k <= self.window, "k", self.k, f"must be at most window/2={self.window // 2}")
+        check(2 * self.k <= self.window, "k", self.k,
+              f"must be at most window/2={self.window // 2}")
         check(self.drop_red >= self.drop_orange, "drop_red", self.drop_red,
               f"must be >= drop_orange={self.drop_orange}")
 

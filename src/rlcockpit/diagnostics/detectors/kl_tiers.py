@@ -6,9 +6,9 @@ Signal: ``kl/mean`` (per-sequence KL to the reference, batch mean) divided by th
 ``kl/target`` when the adaptive controller logs it, else ``target`` from the config.
 Default thresholds (001 Q12): yellow when KL > 1.5× target for 3 consecutive steps; red when
 KL > 2.5× target for 2 consecutive steps (one noisy batch must not pause a run: a healthy tiny
-GRPO run peaks at 2.3× its target); black when KL > 10 nats per sequence (an absolute bound: the seed's 0.2–0.5 is
-10× its 0.02–0.05 target; the tiny world's target is 1.0 nat per sequence and healthy runs stay
-below 1.0).
+GRPO run peaks at 2.3× its target); black when KL > 10 nats per sequence (an absolute bound:
+the seed's 0.2–0.5 is 10× its 0.02–0.05 target; the tiny world's target is 1.0 nat per sequence
+and healthy PPO runs stay below 1.3).
 False positives: a target set far below what the task needs (every step is "above target"); the
 first steps after an intended jump in the reward scale. Set ``target`` to the comfortable level
 of your first healthy steps.

@@ -45,7 +45,8 @@ class KLTrendConfig(Config):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(2 * self.k <= self.window, "k", self.k, f"must be at most window/2={self.window // 2}")
+        check(2 * self.k <= self.window, "k", self.k,
+              f"must be at most window/2={self.window // 2}")
         check(self.rise_orange >= self.rise_yellow, "rise_orange", self.rise_orange,
               f"must be >= rise_yellow={self.rise_yellow}")
 

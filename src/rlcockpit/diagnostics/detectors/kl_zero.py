@@ -32,7 +32,8 @@ from rlcockpit.diagnostics.windows import Streak, Window
 @dataclass(frozen=True)
 class KLZeroConfig(Config):
     eps: float = option(1e-6, help="kl/mean below this counts as zero.", range=(0.0, 1.0))
-    eps_token: float = option(1e-4, help="kl/token_max below this counts as zero.", range=(0.0, 1.0))
+    eps_token: float = option(1e-4, help="kl/token_max below this counts as zero.",
+                              range=(0.0, 1.0))
     steps: int = option(2, help="Consecutive zero steps before firing.", range=(1, 1000))
     window: int = option(10, help="Steps of history before the zeros.", range=(1, 10000))
     floor: float = option(0.01, help="The history's median KL must exceed this (nats/sequence).",

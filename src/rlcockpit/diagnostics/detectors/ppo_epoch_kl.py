@@ -11,8 +11,9 @@ Default thresholds: approx KL > 0.02 per token (001 Q23: "ΔKL < 0.02"; also the
 over 10 cycles > 0.25 × target → orange (key "cycle_delta").
 Measured on healthy tiny-world runs (3 runs × 120 steps): approx KL at most 6e-4 (PPO) / 6e-3
 (GRPO); single cycle deltas swing ±0.5–1.8 nats per sequence, their 10-cycle mean at most 0.12.
-False positives: the first cycles after a deliberate learning-rate increase; a KL target set far
-below the KL the task needs.
+False positives: a learning rate far too high moves the policy as much within one cycle (the
+message names both causes; ``update_ratio`` and ``gradients`` tell them apart); a KL target set
+far below the KL the task needs.
 Fix: fewer PPO epochs, a larger rollout batch ("more food"), a lower actor learning rate, or an
 early stop of the epochs when approx KL exceeds the limit.
 """
@@ -72,10 +73,11 @@ class PPOEpochKL(Detector):
         evidence = {"approx_kl": value, "threshold": cfg.approx_kl_max, "steps": held,
                     "epochs": epochs, "signal": "PPO-cycle KL", "onset_step": self._approx.onset}
         return Condition("orange", f"approx KL per update cycle {value:.3g} > "
-                         f"{cfg.approx_kl_max:g} for {held} steps: too many PPO epochs on one "
-                         "batch", evidence, key="approx_kl",
+                         f"{cfg.approx_kl_max:g} for {held} steps: the policy moves too far per "
+                         "batch (too many PPO epochs, or a learning rate too high)", evidence,
+                         key="approx_kl",
                          message_zh=f"单个更新周期内的近似 KL {value:.3g} 连续 {held} 步超过 "
-                                    f"{cfg.approx_kl_max:g}：PPO epoch 过多")
+                                    f"{cfg.approx_kl_max:g}：PPO epoch 过多或学习率过高")
 
     def _cycle(self, view: StepView) -> Condition | None:
         cfg = self.config
@@ -90,7 +92,8 @@ class PPOEpochKL(Detector):
                     "target": target, "window": cfg.window, "epochs": view.finite("ppo/epochs"),
                     "signal": "PPO-cycle KL", "onset_step": int(self._deltas.steps[0])}
         return Condition("orange", f"KL grows {mean:.3g} per cycle (mean of {cfg.window}), "
-                         f"above {cfg.cycle_ratio:g}× target {target:g}: too many PPO epochs",
+                         f"above {cfg.cycle_ratio:g}× target {target:g}: too many PPO epochs (or a "
+                         "learning rate too high)",
                          evidence, key="cycle_delta",
                          message_zh=f"每个采样-更新周期 KL 增长 {mean:.3g}，超过目标值的 "
-                                    f"{cfg.cycle_ratio:g} 倍：PPO epoch 过多")
+                                    f"{cfg.cycle_ratio:g} 倍：PPO epoch 过多或学习率过高")

@@ -12,7 +12,8 @@ below ``kl_floor`` — "KL stuck near 0", 001 Q25). Heartbeat: :meth:`tick` with
 Default thresholds: window 50 steps, k 10, reward moved < 1 σ (the difference of two medians of
 10 noisy values alone has a spread of ~0.56 σ), KL relative range < 0.2 or KL
 < 1e-3 nats per sequence → yellow (key "flat"). Once flagged, the reward must move clearly to clear
-it (hysteresis: 2 σ, p < 0.005), so a stall does not flicker on and off with the noise; no step for 600 s → red (key "heartbeat").
+it (hysteresis: 2 σ, p < 0.005), so a stall does not flicker on and off with the noise. No step
+for 600 s → red (key "heartbeat").
 False positives: a run that has converged (reward at its ceiling: the KL still moves then);
 slow steps of a big model (raise ``heartbeat_s``; 0 turns the heartbeat off).
 Fix: the "perturbation test" of 001 Q25: lower β or raise the learning rate for a while and watch
@@ -50,7 +51,8 @@ class StallConfig(Config):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(2 * self.k <= self.window, "k", self.k, f"must be at most window/2={self.window // 2}")
+        check(2 * self.k <= self.window, "k", self.k,
+              f"must be at most window/2={self.window // 2}")
 
 
 @register
