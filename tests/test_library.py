@@ -124,6 +124,13 @@ def test_empty_list_missing_field_and_yaml_colon_pitfall_are_refused(tmp_path):
         read_library(path)
 
 
+def test_patterns_are_read_only(library):
+    pattern = library.get("kl_explosion")
+    with pytest.raises(TypeError):
+        pattern.fixes["en"] = ("nothing",)
+    assert load_library() is library  # cached: one parse per process
+
+
 def test_get_unknown_id_raises_not_found_with_a_suggestion(library):
     assert library.get("kl_explosion").title["zh"]
     with pytest.raises(NotFoundError, match="did you mean 'entropy_collapse'") as err:
