@@ -1,0 +1,92 @@
+"""`rlcockpit doctor`: the live engine replayed over a stored or imported run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import rlcockpit
+from rlcockpit.cli import main
+from rlcockpit.diagnostics.offline import diagnose_run
+from rlcockpit.store import open_store
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _record(uri: str, *, nan_at: int | None, steps: int = 12) -> str:
+    run = rlcockpit.init(project="p", name="doc", store=uri)
+    for step in range(1, steps + 1):
+        loss = math.nan if nan_at is not None and step in (nan_at, nan_at + 1) else 0.5 / step
+        run.log(step, {"policy/loss": loss, "reward/mean": 0.1 * step, "kl/mean": 0.05})
+        run.log_samples(step, [{"sample_id": 0, "prompt": "1+1=", "response": "2",
+                                "reward": 1.0, "category": "math"}])
+    run.close()
+    return run.run_id
+
+
+def test_healthy_run_exits_zero_and_writes_reports(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/ok.db"
+    run_id = _record(uri, nan_at=None)
+    html, md = tmp_path / "r.html", tmp_path / "r.md"
+    code = main(["doctor", "--store", uri, "--run", run_id, "--html", str(html),
+                 "--markdown", str(md)])
+    assert code == 0
+    assert "No failure detected" in capsys.readouterr().out
+    assert "<html" in html.read_text() and "No failure detected" in md.read_text()
+
+
+def test_nan_loss_gives_exit_two_with_incident_and_library_link(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/bad.db"
+    run_id = _record(uri, nan_at=5)
+    code = main(["doctor", "--store", uri, "--json"])  # newest run by default
+    assert code == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["run"]["run_id"] == run_id and report["exit_code"] == 2
+    raised = [f for f in report["findings"] if f["status"] == "raised"]
+    assert raised[0]["detector"] == "nonfinite" and raised[0]["step"] == 5
+    assert raised[0]["severity"] == "red"
+    resolved = [f for f in report["findings"] if f["status"] == "resolved"]
+    assert resolved and resolved[0]["step"] == 9  # absent at 7, 8, 9 → resolved (resolve_after=3)
+    (incident,) = report["incidents"]
+    assert incident["resolved"] and incident["library"][0]["id"] == "nonfinite_values"
+    assert incident["library"][0]["zh"] != "nonfinite_values"  # the library knows the entry
+
+
+def test_replay_matches_step_order_and_counts_samples(tmp_path):
+    uri = f"sqlite:///{tmp_path}/c.db"
+    run_id = _record(uri, nan_at=3, steps=8)
+    reader = open_store(uri).reader()
+    seen = []
+    report = diagnose_run(reader, run_id, progress=lambda done, total: seen.append((done, total)))
+    reader.close()
+    assert report.steps == 8 and report.samples == 8 and report.first_step == 1
+    assert seen[-1] == (8, 8)
+    assert report.statuses["nonfinite"] == "ok"  # resolved by the end
+
+
+def test_overrides_and_bad_config_fail_fast(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/o.db"
+    _record(uri, nan_at=5)
+    assert main(["doctor", "--store", uri, "diagnostics.disabled=[nonfinite]"]) == 0
+    capsys.readouterr()
+    assert main(["doctor", "--store", uri, "diagnostics.disabled=[nonfinit]"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown detector 'nonfinit'" in err and "did you mean 'nonfinite'" in err
+
+
+def test_empty_store_says_how_to_get_a_run(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/empty.db"
+    open_store(uri).writer().close()
+    assert main(["doctor", "--store", uri]) == 2
+    assert "has no runs" in capsys.readouterr().err
+
+
+def test_imported_trl_run_is_diagnosed(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/imp.db"
+    code = main(["doctor", "--store", uri, "--json", "--import",
+                 str(FIXTURES / "trl_output" / "trainer_state.json")])
+    report = json.loads(capsys.readouterr().out)
+    assert code == report["exit_code"]
+    assert report["run"]["project"] == "imported" and report["steps"] > 0
+    assert report["detectors"]["nonfinite"] in ("ok", "firing:red", "firing:orange")
