@@ -65,6 +65,7 @@ export class StepChart {
     chart.group = group;
     if (onClickStep) this.bindClick(onClickStep);
     this.unAnn = onAnnotations((id) => id === runId && this.render());
+    this.render(); // title and axes at once; the overlay says loading / no data yet
   }
 
   wants(name) {
@@ -257,6 +258,7 @@ export class HistogramHeatmap {
     this.chart = chart;
     this.disposeChart = dispose;
     if (onClickStep) chart.on("click", (p) => p.data && onClickStep(this.items[p.data[0]].step));
+    this.render();
   }
 
   setItems(items) {

@@ -9,6 +9,11 @@ import { clear, fmt, h } from "./ui.js";
 const ALERT_SEVERITIES = ["yellow", "orange", "red", "black"];
 const SEV_RANK = { info: 0, yellow: 1, orange: 2, red: 3, black: 4 };
 
+function phaseName(phase) {
+  const key = `phase.${String(phase).toLowerCase()}`;
+  return t(key) === key ? String(phase).toUpperCase() : t(key);
+}
+
 export function runPicker(runs, currentId, currentView) {
   const select = h("select", { id: "run-picker", class: "run-picker", "aria-label": t("header.run"),
     onchange: (e) => navigate(runHref(e.target.value, currentView || "dashboard")) });
@@ -97,7 +102,7 @@ export class RunHeader {
     if (!p) return h("span", { class: "hdr-item muted", id: "run-phase", text: `${t("header.phase")} —` });
     const pct = p.progress === null || p.progress === undefined ? null : Math.round(p.progress * 100);
     return h("span", { class: "hdr-item phase", id: "run-phase", title: `${t("header.phase")} · ${t("header.step")} ${p.step}` },
-      `${t("header.phase")} `, h("b", { text: String(p.phase).toUpperCase() }),
+      `${t("header.phase")} `, h("b", { text: phaseName(p.phase) }),
       ` · ${t(`phase_status.${p.status}`)}`,
       h("span", { class: "progress" }, h("span", { class: "progress-bar", style: { width: `${pct ?? (p.status === "finished" ? 100 : 0)}%` } })),
       pct === null ? null : h("span", { class: "muted", text: ` ${pct}%` }));

@@ -32,7 +32,7 @@ export function onLangChange(fn) {
   return () => listeners.delete(fn);
 }
 
-// t("dash.reward") or t("x.steps", {n: 3}) with {name} placeholders. A missing key shows the key
+// t("chart.reward") or t("line.p90", {n: 10}) with {name} placeholders. A missing key shows the key
 // itself (visible in the UI and caught by the dictionary test), never an empty label.
 export function t(key, vars) {
   const text = DICTS[current][key] ?? DICTS.en[key] ?? key;

@@ -10,6 +10,7 @@ export const EN = {
 
   "status.running": "running", "status.finished": "finished", "status.failed": "failed", "status.crashed": "crashed",
   "status.stopped": "stopped",
+  "phase.init": "INIT", "phase.rollout": "ROLLOUT", "phase.score": "SCORE", "phase.advantage": "ADVANTAGE", "phase.update": "UPDATE", "phase.eval": "EVAL", "phase.diagnose": "DIAGNOSE", "phase.hotfix": "HOTFIX", "phase.checkpoint": "CHECKPOINT",
   "phase_status.started": "running", "phase_status.finished": "done", "phase_status.failed": "failed",
   "conn.connecting": "connecting…", "conn.open": "live", "conn.reconnecting": "reconnecting…",
   "sev.info": "info", "sev.yellow": "watch", "sev.orange": "warning", "sev.red": "critical", "sev.black": "stop",
@@ -101,6 +102,7 @@ export const ZH = {
 
   "status.running": "运行中", "status.finished": "已完成", "status.failed": "失败", "status.crashed": "崩溃",
   "status.stopped": "已停止",
+  "phase.init": "初始化", "phase.rollout": "采样", "phase.score": "打分", "phase.advantage": "优势计算", "phase.update": "更新", "phase.eval": "评估", "phase.diagnose": "诊断", "phase.hotfix": "热修复", "phase.checkpoint": "保存检查点",
   "phase_status.started": "进行中", "phase_status.finished": "完成", "phase_status.failed": "失败",
   "conn.connecting": "连接中…", "conn.open": "实时", "conn.reconnecting": "重连中…",
   "sev.info": "信息", "sev.yellow": "关注", "sev.orange": "警告", "sev.red": "严重", "sev.black": "停止",
