@@ -248,6 +248,13 @@ def test_gradients_explosion_red_vanishing_yellow_layer_orange():
     assert step == 2 and cond.evidence["layer"] == "embedding"
 
 
+def test_gradients_vanishing_relative_to_the_early_median():
+    rows = [{"grad/norm/actor": v} for v in noisy(1.5, 12, 0.2)] + [{"grad/norm/actor": 1e-5}] * 6
+    step, cond = first(make("gradients"), rows, "yellow", "vanishing/actor")
+    assert step == 16 and cond.evidence["onset_step"] == 12
+    assert cond.evidence["threshold"] == pytest.approx(1e-3 * cond.evidence["early_median"])
+
+
 def test_gradients_quiet_on_healthy_norms():
     rows = [{"grad/norm/actor": v, "grad/norm/critic": v / 2, **_layers(emb=1.5)}
             for v in np.abs(noisy(1.5, 80, 0.4))]
@@ -264,6 +271,15 @@ def test_update_ratio_high_orange_low_yellow_band_quiet():
                  "low/critic")[0] == 4
     rows = [{"update/ratio/actor": 7e-4, "update/ratio/critic": 1.5e-3}] * 30
     assert fired(make("update_ratio"), rows) == []
+
+
+def test_update_ratio_jump_is_orange_at_the_step_of_the_jump_even_inside_the_band():
+    rows = [{"update/ratio/actor": v} for v in noisy(8e-4, 9, 5e-5)] + \
+        [{"update/ratio/actor": 0.07}] * 3
+    step, cond = first(make("update_ratio"), rows, "orange", "jump/actor")
+    assert step == 9 and cond.evidence["ratio"] > 50
+    warmup = [{"update/ratio/actor": v} for v in np.linspace(1e-5, 1e-3, 100)]  # linear LR warm-up
+    assert first(make("update_ratio"), warmup, "orange") == (None, None)
 
 
 # ---------------------------------------------------------------------------- stall

@@ -9,8 +9,8 @@ Signal: ``grad/norm/actor`` and ``grad/norm/critic`` (pre-clipping norms) agains
 median over ``window`` steps; ``grad/norm/layer/<name>``: the largest group norm over the median
 group norm.
 Default thresholds: explosion when the norm is > 10× its rolling median (after 10 steps) or
-> 1000 → red (key "explosion/<actor|critic>"); vanishing when it stays < 1e-7 for 5 steps →
-yellow (key "vanishing/<…>"); dominance when max/median over layer groups > 10 for 3 steps →
+> 1000 → red (key "explosion/<actor|critic>"); vanishing when it stays < 1e-7, or below 1e-3 ×
+its early median (first 10 steps), for 5 steps → yellow (key "vanishing/<…>"); dominance when max/median over layer groups > 10 for 3 steps →
 orange (key "layer"). Healthy tiny-world runs: actor norms 0.9–2.5, layer max/median ≈ 1.5.
 False positives: the very first updates (warm-up); a frozen sub-network legitimately has zero
 gradient (exclude it from logging).
@@ -44,7 +44,11 @@ class GradientsConfig(Config):
     explode_abs: float = option(1000.0, help="Red when the norm exceeds this.", range=(0.0, 1e12))
     vanish_abs: float = option(1e-7, help="Vanishing when the norm stays below this ...",
                                range=(0.0, 1e6))
+    vanish_ratio: float = option(1e-3, help="... or below this × its early median (first "
+                                 "baseline_steps steps) ...", range=(0.0, 1.0))
     vanish_steps: int = option(5, help="... for this many consecutive steps.", range=(1, 10000))
+    baseline_steps: int = option(10, help="Early steps whose median is the vanishing baseline.",
+                                 range=(1, 10000))
     layer_ratio: float = option(10.0, help="Orange when max/median over layer groups exceeds "
                                 "this ...", range=(1.0, 1e9))
     layer_steps: int = option(3, help="... for this many consecutive steps.", range=(1, 10000))
@@ -64,6 +68,7 @@ class Gradients(Detector):
         cfg = self.config
         self._norms = {net: Window(cfg.window) for net in _NETS}
         self._vanish = {net: Streak() for net in _NETS}
+        self._early: dict[str, list[float]] = {net: [] for net in _NETS}
         self._layer = Streak()
 
     def update(self, view: StepView) -> list[Condition] | object:
@@ -98,16 +103,21 @@ class Gradients(Detector):
 
     def _vanishing(self, net: str, value: float, step: int) -> Condition | None:
         cfg = self.config
-        streak = self._vanish[net]
-        held = streak.update(value < cfg.vanish_abs, step)
+        streak, early = self._vanish[net], self._early[net]
+        if len(early) < cfg.baseline_steps:
+            early.append(value)
+        baseline = float(np.median(early))
+        threshold = max(cfg.vanish_abs, cfg.vanish_ratio * baseline
+                        if len(early) >= cfg.baseline_steps else 0.0)
+        held = streak.update(value < threshold, step)
         if held < cfg.vanish_steps:
             return None
-        evidence = {"grad_norm": value, "threshold": cfg.vanish_abs, "steps": held,
-                    "signal": "grad norm", "onset_step": streak.onset}
-        return Condition("yellow", f"{net} gradient norm {value:.2g} below {cfg.vanish_abs:g} "
+        evidence = {"grad_norm": value, "threshold": threshold, "early_median": baseline,
+                    "steps": held, "signal": "grad norm", "onset_step": streak.onset}
+        return Condition("yellow", f"{net} gradient norm {value:.2g} below {threshold:.2g} "
                          f"for {held} steps: gradients vanished", evidence,
                          key=f"vanishing/{net}",
-                         message_zh=f"{net} 梯度范数连续 {held} 步低于 {cfg.vanish_abs:g}：梯度消失")
+                         message_zh=f"{net} 梯度范数连续 {held} 步低于 {threshold:.2g}：梯度消失")
 
     def _dominance(self, layers: dict[str, float], step: int) -> Condition | None:
         cfg = self.config
