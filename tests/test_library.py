@@ -12,7 +12,13 @@ import yaml
 
 from rlcockpit.cli import main
 from rlcockpit.diagnostics.library import load_library, parse_library, read_library
-from rlcockpit.diagnostics.library.__main__ import BEGIN, END, replace_table, table_markdown
+from rlcockpit.diagnostics.library.__main__ import (
+    BEGIN,
+    END,
+    refresh,
+    replace_table,
+    table_markdown,
+)
 from rlcockpit.diagnostics.library.evaluate import precision_at_k
 from rlcockpit.errors import ConfigError, NotFoundError
 
@@ -189,14 +195,19 @@ def test_library_and_search_run_without_torch():
 
 # --- docs ------------------------------------------------------------------------------------
 
-def test_docs_library_table_is_current(library):
+def test_docs_library_table_and_precision_are_current(library):
     doc = (ROOT / "docs" / "library.md").read_text(encoding="utf-8")
     assert BEGIN in doc and END in doc
-    assert replace_table(doc, table_markdown(library)) == doc, (
+    assert refresh(doc, library, QUERIES) == doc, (
         "docs/library.md is stale: run `python -m rlcockpit.diagnostics.library --write "
-        "docs/library.md`")
+        "docs/library.md --queries tests/fixtures/library_queries.yaml`")
     for p in library:
         assert f"`{p.id}`" in doc
+
+
+def test_table_generator_refuses_a_document_without_markers(library):
+    with pytest.raises(ConfigError, match="markers"):
+        replace_table("# no markers here\n", table_markdown(library))
 
 
 # --- CLI -------------------------------------------------------------------------------------
