@@ -36,17 +36,15 @@ def seeded_coords(numel: int, k: int, seed: int) -> torch.Tensor:
 
 def layer_entry_var(params: list[nn.Parameter]) -> float | None:
     """Variance of every gradient entry of a layer group (None when it has no gradient)."""
-    total = torch.zeros(2, dtype=torch.float64)
-    n = 0
-    for p in params:
-        if p.grad is not None:
-            g = p.grad.detach()
-            total += torch.stack([g.sum(), (g * g).sum()]).double()
-            n += g.numel()
-    if n == 0:
+    grads = [p.grad.detach() for p in params if p.grad is not None]
+    if not grads:
         return None
-    mean = float(total[0]) / n
-    return max(0.0, float(total[1]) / n - mean * mean)
+    n = sum(g.numel() for g in grads)
+    # two reductions per tensor, no temporaries: sum(g) and ||g|| (combined in float64)
+    total = float(torch.stack([g.sum() for g in grads]).double().sum())
+    sq = float(torch.stack([torch.linalg.vector_norm(g) for g in grads]).double().square().sum())
+    mean = total / n
+    return max(0.0, sq / n - mean * mean)
 
 
 class _Head:
