@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,26 @@ def test_every_pattern_cites_a_seed_and_gives_runnable_diagnosis(library):
         steps = " ".join(p.diagnosis["en"])
         # a quick diagnosis names a command, a metric or a concrete place to look
         assert "rlcockpit" in steps or "/" in steps or "sample" in steps, p.id
+
+
+def _cited(seed: str) -> set[str]:
+    """'001 Q12, Q3; 000 §4.3' -> {'001 Q12', '001 Q3', '000 §4.3', '000 §4'}."""
+    out: set[str] = set()
+    for group in seed.split(";"):
+        doc, _, rest = group.strip().partition(" ")
+        for ref in re.findall(r"Q\d+|§[\d.]+", rest):
+            out.add(f"{doc} {ref}")
+            out.add(f"{doc} {ref.split('.')[0]}")
+    return out
+
+
+def test_every_failure_section_of_the_seeds_has_an_entry(library):
+    cited = set().union(*(_cited(p.seed) for p in library))
+    # 001 Q8 (dashboard layout) and Q19 (manual sample review) describe practices, not failures
+    questions = [f"001 Q{i}" for i in range(1, 26) if i not in (8, 19)]
+    sections = ["000 §4.1", "000 §4.2", "000 §4.3", "000 §5", "002 §1", "002 §4", "003 §6",
+                "004 §5", *questions]
+    assert not [s for s in sections if s not in cited], [s for s in sections if s not in cited]
 
 
 def test_every_pattern_id_a_detector_names_exists(library):
