@@ -158,3 +158,10 @@ def test_streak_counts_consecutive_steps_and_remembers_the_onset():
     assert streak.onset == 4
     streak.update(False, 7)
     assert streak.onset is None and streak.count == 0
+
+
+def test_trailing_onset_is_the_first_step_of_the_last_run():
+    steps = [10, 11, 12, 13, 14]
+    assert W.trailing_onset(steps, [True, False, True, True, True]) == 12
+    assert W.trailing_onset(steps, [True] * 5) == 10
+    assert W.trailing_onset(steps, [True, True, True, True, False]) is None

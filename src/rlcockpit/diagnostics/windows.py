@@ -12,7 +12,8 @@ Each function is tested against a naive loop on random inputs (tests/test_diagno
 - :func:`slope` / :func:`theil_sen` — least-squares and median-of-pairwise-slopes trend per step;
 - :func:`relative_drop` / :func:`relative_growth` / :func:`relative_range` — scale-free changes;
 - :func:`trailing_run` — how many of the last flags are True in a row;
-- :class:`Streak` — consecutive steps a condition held and the step it started.
+- :class:`Streak` — consecutive steps a condition held and the step it started;
+- :func:`trailing_onset` — the step where the trailing run of True flags began.
 """
 
 from __future__ import annotations
@@ -242,3 +243,12 @@ class Streak:
             self.count = 0
             self.onset = None
         return self.count
+
+
+def trailing_onset(steps: Sequence[int], flags: Sequence[bool]) -> int | None:
+    """The step where the trailing run of True flags began (the ``onset_step`` evidence).
+
+    None when the last flag is False (nothing is going on now).
+    """
+    n = trailing_run(flags)
+    return int(list(steps)[len(flags) - n]) if n else None

@@ -26,7 +26,7 @@ import numpy as np
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window
+from rlcockpit.diagnostics.windows import Window, trailing_onset
 
 
 @dataclass(frozen=True)
@@ -86,12 +86,8 @@ class ClipBand(Detector):
                          message_zh=f"裁剪比例 {median:.0%} 超过 {bound:.0%}：更新过于激进")
 
     def _evidence(self, median: float, bound: float, outside: np.ndarray) -> dict:
-        steps = self._window.steps
         # onset: the first step of the trailing run of out-of-band values
-        onset = int(steps[-1])
-        for i in range(len(outside) - 1, -1, -1):
-            if not outside[i]:
-                break
-            onset = int(steps[i])
+        steps = self._window.steps
+        onset = trailing_onset(steps, outside) or int(steps[-1])
         return {"clip_frac_median": median, "threshold": bound, "window": self.config.window,
                 "signal": "clip fraction", "onset_step": onset}

@@ -142,7 +142,8 @@ class Critic(Detector):
         evidence = {"gap_sigmas": gap, "value_mean": value, "returns_mean": ret,
                     "advantage_std": scale, "window": cfg.shift_window,
                     "threshold": cfg.shift_sigmas, "signal": "value mean",
-                    "onset_step": int(self._gap.steps[0])}
+                    "onset_step": int(self._gap.steps[int(np.argmax(
+                        np.abs(self._gap.values) > cfg.shift_sigmas))])}
         return Condition("yellow", f"value predictions drifted {gap:+.1f} advantage-std away "
                          f"from the returns ({value:.3g} vs {ret:.3g})", evidence, key="shift",
                          message_zh=f"价值预测偏离回报 {gap:+.1f} 个标准差"

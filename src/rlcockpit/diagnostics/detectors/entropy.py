@@ -26,7 +26,7 @@ import numpy as np
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window
+from rlcockpit.diagnostics.windows import Window, trailing_onset
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,9 @@ class Entropy(Detector):
         if drop <= cfg.drop_orange:
             return None
         severity = "red" if drop > cfg.drop_red else "orange"
-        onset = int(self._window.steps[int(np.argmax(values))])
+        # onset: where the entropy last fell below the midpoint of the orange drop
+        falling = values < start * (1 - cfg.drop_orange / 2)
+        onset = trailing_onset(self._window.steps, falling) or int(self._window.steps[-1])
         evidence = {"drop": drop, "from": start, "to": recent, "baseline": baseline,
                     "window": cfg.window, "threshold": cfg.drop_orange, "signal": "entropy",
                     "onset_step": onset}
@@ -114,5 +116,6 @@ class Entropy(Detector):
                                     "输出可能变成乱码")
 
     def _rise_onset(self, baseline: float) -> int:
-        above = np.nonzero(self._window.values > 1.5 * baseline)[0]
-        return int(self._window.steps[above[0]]) if len(above) else int(self._window.steps[-1])
+        """Where the entropy last rose above 1.5× its baseline (the start of the blow-up)."""
+        rising = self._window.values > 1.5 * baseline
+        return trailing_onset(self._window.steps, rising) or int(self._window.steps[-1])

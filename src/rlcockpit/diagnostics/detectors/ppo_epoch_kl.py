@@ -90,10 +90,15 @@ class PPOEpochKL(Detector):
             return None
         evidence = {"cycle_delta_mean": mean, "threshold": cfg.cycle_ratio * target,
                     "target": target, "window": cfg.window, "epochs": view.finite("ppo/epochs"),
-                    "signal": "PPO-cycle KL", "onset_step": int(self._deltas.steps[0])}
+                    "signal": "PPO-cycle KL", "onset_step": self._first_big(cfg.cycle_ratio * target)}
         return Condition("orange", f"KL grows {mean:.3g} per cycle (mean of {cfg.window}), "
                          f"above {cfg.cycle_ratio:g}× target {target:g}: too many PPO epochs (or a "
                          "learning rate too high)",
                          evidence, key="cycle_delta",
                          message_zh=f"每个采样-更新周期 KL 增长 {mean:.3g}，超过目标值的 "
                                     f"{cfg.cycle_ratio:g} 倍：PPO epoch 过多或学习率过高")
+
+    def _first_big(self, limit: float) -> int:
+        """The first step of the window whose own delta exceeded the limit (where growth began)."""
+        big = np.nonzero(self._deltas.values > limit)[0]
+        return int(self._deltas.steps[big[0] if len(big) else 0])
