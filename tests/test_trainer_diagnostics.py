@@ -161,6 +161,16 @@ def test_black_stops_and_rolls_back_to_the_last_checkpoint_before_the_incident(t
                                                        weights_only=False)["data"]
 
 
+def test_black_without_an_earlier_checkpoint_stops_and_says_why(tmp_path, model_dir):
+    cfg = make_config(tmp_path, "train.steps=4", script(s2="black"), "diagnostics.policy.actions.black=[rollback]",
+                      model=model_dir)
+    result = Trainer(cfg).run()
+    assert result.status == "stopped" and result.step == 2
+    (rb,) = store_view(cfg, result.run_id)["actions"]
+    assert rb.payload["result"] == {"ok": True, "rolled_back": False, "incident_first_step": 2, "stopped": True,
+                                    "reason": "no checkpoint of this run before step 2"}
+
+
 def test_rollback_without_stop_continues_training_from_the_healthy_checkpoint(tmp_path, model_dir):
     cfg = make_config(tmp_path, "train.steps=6", "checkpoint.every=2", "checkpoint.keep=10",
                       script(s5="black"), "diagnostics.policy.actions.black=[alert,rollback]",
