@@ -261,3 +261,40 @@ def test_cli_show_and_list(capsys):
     assert len(json.loads(capsys.readouterr().out)) == len(load_library())
     assert main(["library", "show", "no_such_pattern"]) == 2
     assert "no failure pattern" in capsys.readouterr().err
+
+
+# --- search internals ------------------------------------------------------------------------
+
+def test_bm25f_with_one_field_equals_textbook_bm25_times_coordination(monkeypatch):
+    import math
+
+    from rlcockpit.diagnostics.library import search as S
+
+    docs = [["w:kl", "w:spike", "w:kl"], ["w:entropy", "w:drop"], ["w:kl", "w:coef", "w:raise", "w:x"]]
+    index = S.BM25FIndex([{"body": d} for d in docs], {"body": 1.0})
+    avg = sum(map(len, docs)) / len(docs)
+    for query in (["w:kl"], ["w:kl", "w:coef"], ["w:drop", "w:spike"]):
+        want = []
+        for d in docs:
+            score = 0.0
+            for t in query:
+                n_t = sum(t in x for x in docs)
+                idf = math.log(1 + (len(docs) - n_t + 0.5) / (n_t + 0.5))
+                tf = d.count(t) / (1 - S.B + S.B * len(d) / avg)
+                score += idf * tf * (S.K1 + 1) / (S.K1 + tf) if tf else 0.0
+            want.append(score)
+        monkeypatch.setattr(S, "COVERAGE", 0.0)  # plain BM25
+        assert index.scores(query) == pytest.approx(want)
+        monkeypatch.setattr(S, "COVERAGE", 1.0)  # times the share of query words present
+        share = [sum(t in d for t in query) / len(query) for d in docs]
+        assert index.scores(query) == pytest.approx([w * c for w, c in zip(want, share, strict=True)])
+
+
+def test_tokens_cover_chinese_ngrams_and_english_stems():
+    from rlcockpit.diagnostics.library.search import detect_lang, normalize, tokens
+
+    assert normalize("ＫＬ，Loss！") == "kl loss "
+    toks = tokens("熵掉得 explosions")
+    assert {"z1:熵", "z2:熵掉", "z3:熵掉得", "w:explosion", "c:exp"} <= set(toks)
+    assert "w:the" not in tokens("the kl")  # stop words dropped
+    assert detect_lang("value loss 变成 nan") == "zh" and detect_lang("value loss nan") == "en"
