@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from rlcockpit.control import Channel, ControlPlane
-from rlcockpit.records import CheckpointRecord, RunInfo
 from rlcockpit.records import Batch as RecordBatch
+from rlcockpit.records import CheckpointRecord, RunInfo
 from rlcockpit.store import open_store
 
 RUN = "run-live"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from control_testkit import FINISHED, RUN, SILENT, audit_tail, build_world, client
 
+from control_testkit import FINISHED, RUN, SILENT, audit_tail, build_world, client
 from rlcockpit.control.audit import verify
 
 
@@ -89,7 +89,7 @@ def test_out_of_range_is_refused_naming_the_range(world, http, value):
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_inf_are_refused(world, http, literal):
-    body = '{"param": "kl.coef", "value": %s, "reason": "x"}' % literal  # JSON extension literals
+    body = '{"param": "kl.coef", "value": LITERAL, "reason": "x"}'.replace("LITERAL", literal)  # not JSON
     resp = http.post(f"/api/runs/{RUN}/tickets", content=body, headers={**world.headers("olga"),
                                                                          "content-type": "application/json"})
     err = refused(world, resp, 422, "invalid_ticket")

@@ -9,8 +9,8 @@ new route without a row here fails the test.
 from __future__ import annotations
 
 import pytest
-from control_testkit import RUN, build_world, client
 
+from control_testkit import RUN, build_world, client
 from rlcockpit.records import ROLES
 
 CALLERS = {None: -1, "vera": ROLES.index("viewer"), "olga": ROLES.index("operator"),

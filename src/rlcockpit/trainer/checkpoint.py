@@ -88,7 +88,9 @@ def resolve_checkpoint(spec: str, root: str | Path) -> Path:
     path = Path(spec).expanduser()
     if (path / STATE_FILE).is_file():
         return path
-    steps = sorted(d for d in path.glob("step_*") if (d / STATE_FILE).is_file()) if path.is_dir() else []
+    # step_N.tmp is a checkpoint a crash interrupted while it was written: never resume from it
+    steps = sorted(d for d in path.glob("step_*") if (d / STATE_FILE).is_file() and d.suffix != ".tmp") \
+        if path.is_dir() else []
     if steps:
         return steps[-1]
     raise ConfigError(f"--resume {spec}: not a checkpoint (no {STATE_FILE}) and no step_* checkpoints inside",
