@@ -514,3 +514,17 @@ def test_imported_run_without_samples_skips_the_sample_only_detector():
         engine.observe(step, metrics)
     assert engine.status["outlier_prompts"] == "skipped"
     assert engine.status["reward_hacking"] == "ok" and not engine.errors
+
+
+def test_reward_hacking_leaves_a_reward_scale_jump_to_reward_scale():
+    rows = [{**r, "reward/mean": r["reward/raw/mean"], "kl/mean": 0.5} for r in scale_rows()]
+    assert [c.key for c in conditions(make("reward_hacking"), metrics_only(rows))] == []
+    assert first(make("reward_scale"), metrics_only(rows))[0] == 20
+
+
+def test_distinct_3_equals_the_metrics_definition_on_characters():
+    from rlcockpit.diagnostics.detectors.reward_hacking import distinct_3
+    from rlcockpit.metrics.stats import distinct_ngram_frac
+
+    texts = ["好的好的好的", "a great question", "", "ab", "repeat repeat repeat"]
+    assert distinct_3(texts, 400) == pytest.approx(distinct_ngram_frac([list(t) for t in texts], 3))

@@ -9,11 +9,13 @@ mark a drifting policy: ``kl/mean`` up, ``policy/entropy`` down, ``response/leng
 (each a robust z of the same recent-vs-window form).
 Signal, key "template" (samples): the share of this step's responses containing the most common
 character ``ngram`` (6 characters with a letter; first ``max_chars`` characters of at most
-``max_samples`` responses), against that n-gram's mean share in the reference steps and in the
-run's first steps; and distinct-3 (Li et al. 2016, character trigrams over the batch) against its
+``max_samples`` (128) responses), against that n-gram's mean share in the reference steps and in
+the run's first steps; and distinct-3 (Li et al. 2016, character trigrams over the batch) against its
 reference median.
 Default thresholds: "jump" when the reward's z ≥ ``z_jump`` (4) after ``warmup`` (10) steps:
-yellow alone, orange with one co-moving signal (|z| ≥ ``z_co`` = 3), red with two or more.
+yellow alone, orange with one co-moving signal (|z| ≥ ``z_co`` = 3), red with two or more; no
+jump is reported when ``reward/std`` grew ≥ ``scale_ratio`` (5)× as well (a reward scale change,
+the ``reward_scale`` detector's finding).
 "template" orange when the top n-gram's share ≥ ``share_min`` (0.5) and exceeds its reference
 share by ≥ max(``share_rise`` = 0.35, 3 × its reference standard deviation) for
 ``template_steps`` (2) steps, or when distinct-3 falls below ``distinct_ratio`` (0.4) × its
@@ -41,7 +43,6 @@ from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.detectors._reward_stats import Lagged
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Streak
-from rlcockpit.metrics.stats import distinct_ngram_frac
 
 # (metric, label, direction): the co-moving signals of a drifting policy (001 Q2, Q7).
 CO_MOVERS = (("kl/mean", "KL", 1.0), ("policy/entropy", "entropy", -1.0),
@@ -59,6 +60,9 @@ class RewardHackingConfig(Config):
     window: int = option(20, help="Reference window (steps before the recent ones).",
                          range=(3, 10_000))
     warmup: int = option(10, help="Reference steps needed before judging.", range=(3, 10_000))
+    scale_ratio: float = option(5.0, help="No jump is reported when reward/std also grew this "
+                                "many times (a reward scale change: the reward_scale detector's "
+                                "finding).", range=(1.0, 1e6))
     rel_floor: float = option(0.05, help="Smallest z scale as a fraction of the reference "
                               "median's magnitude.", range=(0.0, 10.0))
     ngram: int = option(6, help="Characters per n-gram of the template check.", range=(2, 64))
@@ -70,7 +74,7 @@ class RewardHackingConfig(Config):
                                    "median counts as a collapse.", range=(0.0, 1.0))
     template_steps: int = option(2, help="Steps in a row the template check must hold.",
                                  range=(1, 1000))
-    max_samples: int = option(256, help="Responses read per step (the first ones).",
+    max_samples: int = option(128, help="Responses read per step (the first ones).",
                               range=(4, 1_000_000))
     max_chars: int = option(400, help="Characters read per response.", range=(8, 1_000_000))
 
@@ -79,7 +83,7 @@ class RewardHackingConfig(Config):
 class RewardHacking(Detector):
     name = "reward_hacking"
     family = "reward_hacking"
-    reads = ("reward/mean", "kl/mean", "policy/entropy", "response/length_mean")
+    reads = ("reward/mean", "reward/std", "kl/mean", "policy/entropy", "response/length_mean")
     reads_samples = True
     patterns = ("reward_hacking", "template_takeover")
     signal = "reward"
@@ -89,6 +93,7 @@ class RewardHacking(Detector):
         super().__init__(config)
         cfg = self.config
         self._reward = Lagged(cfg.window, cfg.recent)
+        self._std = Lagged(cfg.window, cfg.recent)
         self._co = {name: Lagged(cfg.window, cfg.recent) for name, _, _ in CO_MOVERS}
         self._template = TemplateWatch(cfg)
 
@@ -112,12 +117,13 @@ class RewardHacking(Detector):
     def _jump(self, view: StepView) -> Condition | None:
         cfg = self.config
         self._reward.push(view.finite("reward/mean"), view.step)
+        self._std.push(view.finite("reward/std"), view.step)
         for name, lagged in self._co.items():
             lagged.push(view.finite(name), view.step)
         if not self._reward.ready(cfg.warmup):
             return None
         z = self._reward.z(self._floor(self._reward))
-        if z < cfg.z_jump:
+        if z < cfg.z_jump or self._rescaled():
             return None
         moving = self._co_moving()
         severity = ("yellow", "orange", "red")[min(len(moving), 2)]
@@ -135,6 +141,12 @@ class RewardHacking(Detector):
                          key="jump", message_zh=f"奖励从 {ref:.3g} 跃升到 {now:.3g}（z {z:+.1f}），"
                          f"同时变化的信号 {len(moving)} 个：检查样本是否存在奖励黑客")
 
+    def _rescaled(self) -> bool:
+        """True when the rewards' spread grew with the mean: a scale change, not a hack."""
+        if not self._std.ready(self.config.warmup) or self._std.median <= 0:
+            return False
+        return float(self._std.recent.mean()) >= self.config.scale_ratio * self._std.median
+
     def _co_moving(self) -> dict[tuple[str, float], float]:
         moving = {}
         for name, label, sign in CO_MOVERS:
@@ -147,15 +159,37 @@ class RewardHacking(Detector):
         return moving
 
 
-def ngram_shares(responses: Sequence[str], n: int, max_chars: int) -> Counter:
-    """Per n-gram, the share of responses containing it (character n-grams with a letter)."""
+def ngram_shares(responses: Sequence[str], n: int, max_chars: int,
+                 top: int | None = None) -> Counter:
+    """Per character n-gram with a letter, the share of responses containing it.
+
+    ``top``: keep only the most common ones (the letter test then runs on those alone: it is the
+    costly part on long responses).
+    """
     counts: Counter = Counter()
     for text in responses:
         text = text[:max_chars]
-        grams = {text[i:i + n] for i in range(len(text) - n + 1)}
-        counts.update(g for g in grams if any(ch.isalpha() for ch in g))
+        counts.update({text[i:i + n] for i in range(len(text) - n + 1)})
     total = max(len(responses), 1)
-    return Counter({g: c / total for g, c in counts.items()})
+    ranked = counts.most_common(None if top is None else 4 * top)
+    kept = [(g, c / total) for g, c in ranked if any(ch.isalpha() for ch in g)]
+    return Counter(dict(kept[:top] if top is not None else kept))
+
+
+def distinct_3(responses: Sequence[str], max_chars: int) -> float:
+    """distinct-3 over character trigrams of the batch (Li et al. 2016); NaN without trigrams.
+
+    Same value as ``rlcockpit.metrics.stats.distinct_ngram_frac`` on character lists, with string
+    slices instead of tuples (several times faster on long responses).
+    """
+    unique: set[str] = set()
+    total = 0
+    for text in responses:
+        text = text[:max_chars]
+        grams = [text[i:i + 3] for i in range(len(text) - 2)]
+        total += len(grams)
+        unique.update(grams)
+    return len(unique) / total if total else math.nan
 
 
 class TemplateWatch:
@@ -173,8 +207,8 @@ class TemplateWatch:
         responses = [s.response for s in view.samples[:cfg.max_samples]]
         if len(responses) < 4:
             return None  # no samples this step: the template part is skipped
-        shares = ngram_shares(responses, cfg.ngram, cfg.max_chars)
-        distinct = distinct_ngram_frac([list(r[:cfg.max_chars]) for r in responses], n=3)
+        shares = ngram_shares(responses, cfg.ngram, cfg.max_chars, top=TOP_KEPT)
+        distinct = distinct_3(responses, cfg.max_chars)
         found = self._judge(shares, distinct) if len(self._reference) >= cfg.warmup else None
         self._remember(shares, distinct)
         held = self._streak.update(found is not None, view.step)
@@ -183,12 +217,11 @@ class TemplateWatch:
         return self._condition(found, responses, view.step)
 
     def _remember(self, shares: Counter, distinct: float) -> None:
-        top = Counter(dict(shares.most_common(TOP_KEPT)))
         if len(self._pending) == self._pending.maxlen:
             self._reference.append(self._pending[0])
             if len(self._early) < self.cfg.window:
                 self._early.append(self._pending[0][0])
-        self._pending.append((top, distinct))
+        self._pending.append((shares, distinct))
 
     def _reference_share(self, gram: str) -> tuple[float, float]:
         recent = np.asarray([c.get(gram, 0.0) for c, _ in self._reference])
