@@ -57,7 +57,8 @@ async function refreshRuns() {
 
 function renderPicker(route) {
   const slot = clear(document.getElementById("picker-slot"));
-  if (state.runs.length) slot.append(runPicker(state.runs, state.runId, route.scope === "run" ? route.name : "dashboard"));
+  const known = route.scope === "run" && router.view(route.name) && router.view(route.name).tab;
+  if (state.runs.length) slot.append(runPicker(state.runs, state.runId, known ? route.name : "dashboard"));
 }
 
 async function openRun(runId) {
@@ -144,9 +145,7 @@ async function main() {
   for (const path of EXTENSIONS) await import(path);
   shell();
   i18n.onLangChange(() => {
-    const keepRun = state.runId;
     shell();
-    if (keepRun) state.runId = keepRun;
     show();
   });
   router.onViewsChange(() => state.runId !== undefined && document.getElementById("tabs") && renderTabs(router.parseHash()));
