@@ -21,6 +21,15 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
+# Browser tests (tests/e2e) drive Debian's chromium: Playwright's own browser download does not work
+# here. sudo only when not root. A CJK font makes Chinese labels readable in the test screenshots.
+BROWSER := $(VENV)/.browser
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+$(BROWSER): | $(PY)
+	command -v chromium >/dev/null || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
+	-fc-list :lang=zh | grep -q . || $(SUDO) apt-get install -y fonts-wqy-microhei
+	touch $(BROWSER)
+
 demo: $(STAMP)
 	$(VENV)/bin/rlcockpit demo
 
@@ -28,7 +37,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	cd src && ../$(VENV)/bin/lint-imports ../pyproject.toml
 
-test: $(STAMP) lint
+test: $(STAMP) $(BROWSER) lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --timeout 900 tests
 
 clean:

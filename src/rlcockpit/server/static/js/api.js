@@ -1,7 +1,7 @@
 // Fetch wrapper for the JSON API (docs: /work/briefs/api.md, docs/ui.md). Every failure becomes an
 // ApiError carrying the canonical error shape {code, message, details}, so views can show it.
 
-const TOKEN_KEY = "rlcockpit.token";
+export const TOKEN_KEY = "rlcockpit.token";
 
 export class ApiError extends Error {
   constructor(status, code, message, details = {}) {

@@ -1,7 +1,7 @@
 // The app shell: header, tabs, and the view of the current route. Views are registered modules
 // (router.registerView); the shell mounts one at a time and gives it a context:
 //   {runId, args, query, live, summary, navigate, api, t}
-import { api } from "./api.js";
+import { api, setToken } from "./api.js";
 import { charts } from "./charts.js";
 import { EXTENSIONS } from "./extensions.js";
 import { RunHeader, runPicker } from "./header.js";
@@ -20,7 +20,7 @@ const { t } = i18n;
 const state = { runId: null, live: null, summary: null, header: null, cleanup: null, runs: [], seq: 0 };
 
 // The public extension API (also importable as ES modules).
-window.rlcockpit = { registerView: router.registerView, navigate: router.navigate, charts, i18n, api, state };
+window.rlcockpit = { registerView: router.registerView, navigate: router.navigate, charts, i18n, api, setToken, state };
 
 function shell() {
   const root = document.getElementById("app");

@@ -5,6 +5,8 @@
 // Subscribers get the buffered recent messages replayed, so a view mounted after the stream opened
 // misses nothing (it ignores the steps it already fetched).
 
+import { TOKEN_KEY } from "./api.js";
+
 const KINDS = ["step", "finding", "phase", "event", "run"];
 const BUFFER = 5000;
 const RETRY_MS = [1000, 2000, 5000, 10000];
@@ -27,6 +29,9 @@ export class LiveRun {
     const q = new URLSearchParams();
     if (this.cursor) q.set("cursor", this.cursor);
     else if (this.lastStep >= 0) q.set("after_step", String(this.lastStep));
+    // EventSource cannot send an Authorization header; with a stored token it goes in the URL
+    const token = localStorage.getItem(TOKEN_KEY);
+    if (token) q.set("access_token", token);
     const s = q.toString();
     return `/api/runs/${encodeURIComponent(this.runId)}/stream${s ? `?${s}` : ""}`;
   }
@@ -38,7 +43,9 @@ export class LiveRun {
       this.retries = 0;
       this.setState("open");
     };
-    source.onerror = () => {
+    source.onerror = (e) => {
+      // `event: error` from the server is a message (a failed poll; the stream goes on), not a drop
+      if (e && e.data) return;
       if (source.readyState === EventSource.CLOSED) this.reopenLater();
       else this.setState("reconnecting");
     };
