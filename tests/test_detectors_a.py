@@ -123,19 +123,28 @@ def test_kl_trend_quiet_on_noise_and_on_a_rise_smaller_than_the_target():
 # ---------------------------------------------------------------------------- KL zero
 
 
-def test_kl_zero_red_when_kl_vanishes_after_being_positive():
+def test_kl_zero_red_at_the_first_zero_step_after_being_positive():
     rows = [{"kl/mean": v, "kl/token_max": 2.0} for v in noisy(0.3, 15, 0.05)]
-    rows += [{"kl/mean": 0.0, "kl/token_max": 0.0}] * 3
+    rows += [{"kl/mean": 8.7e-7, "kl/token_max": 3.8e-6}]  # a one-time sync, as measured
+    rows += [{"kl/mean": 0.2, "kl/token_max": 1.0}] * 3  # the actor drifts away again
     step, cond = first(make("kl_zero"), rows, "red")
-    assert step == 16 and cond.evidence["onset_step"] == 15
+    assert step == 15 and cond.evidence["onset_step"] == 15
     assert "reference model may be a copy of the actor" in cond.message
 
 
-def test_kl_zero_quiet_at_the_start_of_a_run_and_for_small_kl():
+def test_kl_zero_without_token_max_needs_three_zero_steps():
+    rows = [{"kl/mean": 0.3}] * 12 + [{"kl/mean": 0.0}] * 4
+    assert first(make("kl_zero"), rows, "red")[0] == 14
+
+
+def test_kl_zero_quiet_at_the_start_of_a_run_and_for_small_or_noisy_kl():
     start = [{"kl/mean": 0.0, "kl/token_max": 0.0}] * 5 + [{"kl/mean": 0.2}] * 10
     assert fired(make("kl_zero"), start) == []
     small = [{"kl/mean": 0.01, "kl/token_max": 0.5}] * 20  # low but not zero
     assert fired(make("kl_zero"), small) == []
+    crossing = [{"kl/mean": 0.05, "kl/token_max": 1.0}] * 12 + \
+        [{"kl/mean": 5e-5, "kl/token_max": 0.3}]  # the k1 mean crosses 0, tokens still differ
+    assert fired(make("kl_zero"), crossing) == []
 
 
 # ---------------------------------------------------------------------------- entropy

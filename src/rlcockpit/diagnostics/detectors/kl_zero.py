@@ -5,12 +5,15 @@ Failure mode: "almost always a technical fault, not convergence" (001 Q3): the a
 copied into the frozen reference model (save/load or freezing bug), or the KL code broke (log-probs
 truncated, a variable overwritten). The KL penalty is gone; the run is unconstrained from here on.
 No metric threshold catches it: every tier and trend detector sees a *healthy* low KL.
-Signal: ``kl/mean`` and ``kl/token_max`` both below ``eps`` for ``steps`` consecutive steps, after
-a history (the ``window`` steps before) whose median KL was above ``floor``.
-Default thresholds: eps 1e-6 (mean) / 1e-4 (token max), 2 steps, history of 10 steps with median
-> 0.01 nats per sequence → red. The KL at the very start of a run (policy = reference) does not
-fire:
-the history must be clearly positive first.
+Signal: ``kl/token_max`` (every token's KL) and ``kl/mean`` both ~0, after a history (the
+``window`` steps before) whose median KL was above ``floor``. A token maximum below 1e-4 means the
+actor and the reference agree on every sampled token to float precision — it never happens by
+chance once training has started (healthy tiny-world runs: ≥ 0.13 from step 2 on), so one step is
+enough; that also catches a one-time sync, after which the actor drifts away again at once.
+Default thresholds: ``kl/mean`` below 1e-4 and ``kl/token_max`` below 1e-4 for 1 step → red; when
+the run logs no token maximum (imported runs), ``kl/mean`` alone for 3 steps (the k1 estimate of
+a healthy KL can cross 0). The history must be 10 steps with median > 0.01 nats per sequence,
+so the very start of a run (policy = reference, KL exactly 0) does not fire.
 False positives: a policy collapsed to a mode the reference also prefers (only EOS): then the
 reward and the response length collapse too (001 Q3), which other detectors report.
 Fix: stop and review the code: check that the reference is frozen and never loaded from the
@@ -31,10 +34,12 @@ from rlcockpit.diagnostics.windows import Streak, Window
 
 @dataclass(frozen=True)
 class KLZeroConfig(Config):
-    eps: float = option(1e-6, help="kl/mean below this counts as zero.", range=(0.0, 1.0))
+    eps: float = option(1e-4, help="|kl/mean| below this counts as zero.", range=(0.0, 1.0))
     eps_token: float = option(1e-4, help="kl/token_max below this counts as zero.",
                               range=(0.0, 1.0))
-    steps: int = option(2, help="Consecutive zero steps before firing.", range=(1, 1000))
+    steps: int = option(1, help="Consecutive zero steps before firing.", range=(1, 1000))
+    steps_mean_only: int = option(3, help="... when kl/token_max is not logged.",
+                                  range=(1, 1000))
     window: int = option(10, help="Steps of history before the zeros.", range=(1, 10000))
     floor: float = option(0.01, help="The history's median KL must exceed this (nats/sequence).",
                           range=(0.0, 1e6))
@@ -68,12 +73,14 @@ class KLZero(Detector):
             self._history.push(kl, view.step)
             return None
         before = float(np.median(self._history.values)) if len(self._history) else 0.0
-        if held < cfg.steps or before <= cfg.floor:
+        needed = cfg.steps if peak is not None else cfg.steps_mean_only
+        if held < needed or before <= cfg.floor:
             return None
         evidence = {"kl": kl, "token_max": peak, "median_before": before, "zero_steps": held,
                     "window": cfg.window, "signal": "KL", "onset_step": self._zero.onset,
                     "hint": "reference model may be a copy of the actor, or the KL code is broken"}
-        return Condition("red", f"KL dropped to ~0 for {held} steps after a median of "
+        span = "1 step" if held == 1 else f"{held} steps"
+        return Condition("red", f"KL dropped to ~0 for {span} after a median of "
                          f"{before:.3g}: the reference model may be a copy of the actor "
                          "(or the KL computation is broken)", evidence,
                          message_zh=f"KL 在中位数 {before:.3g} 之后连续 {held} 步降为约 0："
