@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from rlcockpit.diagnostics import SKIPPED, DiagnosticsConfig, Engine, StepView, registry
+from rlcockpit.diagnostics import SKIPPED, DiagnosticsConfig, Engine, StepView, group, registry
 from rlcockpit.errors import ConfigError
 from streams import HEALTHY, load_stream
 
@@ -367,3 +367,33 @@ def test_stall_is_one_finding_on_a_long_flat_run_not_a_flicker():
             findings += engine.observe(step, {"reward/mean": r, "kl/mean": 0.0})
         assert [(f.status, f.severity) for f in findings] == [("raised", "yellow")], seed
         assert findings[0].step <= 55
+
+
+# ---------------------------------------------------------------------------- recorded fault runs
+# `rlcockpit faults run NAME --steps 40` on the tiny world (PPO, seed 0), fault from step 10.
+
+
+def _observe(run_name):
+    cfg = DiagnosticsConfig(disabled=tuple(n for n in registry.available() if n not in MINE))
+    engine = Engine.from_config(cfg)
+    findings = []
+    for step, metrics in load_stream(run_name):
+        findings += engine.observe(step, metrics, wall_time=float(step))
+    return [f for f in findings if f.status != "resolved"]
+
+
+def test_lr_spike_run_update_ratio_moves_first_then_kl_goes_black():
+    raised = _observe("fault_lr_spike_s0")
+    assert min(f.step for f in raised) == 10  # nothing before the fault's onset
+    assert (raised[0].detector, raised[0].step, raised[0].severity) == ("update_ratio", 10, "orange")
+    assert ("kl_tiers", 11, "black") in [(f.detector, f.step, f.severity) for f in raised]
+    early = {f.detector for f in raised if f.step <= 16}
+    assert {"ppo_epoch_kl", "critic", "entropy", "kl_token_spike", "clip_band",
+            "gradients"} <= early
+    (incident, *_) = [i for i in group(raised) if i.first_step == 10]
+    assert incident.severity == "black"
+
+
+def test_reference_synced_run_is_caught_by_kl_zero_alone_at_the_onset():
+    raised = _observe("fault_ref_synced_to_actor_s0")
+    assert [(f.detector, f.step, f.severity) for f in raised] == [("kl_zero", 10, "red")]
