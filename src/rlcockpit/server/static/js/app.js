@@ -105,8 +105,8 @@ async function show() {
   unmountView();
   loading(viewNode);
   try {
+    // global pages (runs, library, compare) keep the open run: its tabs and header stay in reach
     if (route.scope === "run") await openRun(route.runId);
-    else closeRun();
   } catch (err) {
     if (seq !== state.seq) return;
     closeRun();

@@ -64,7 +64,7 @@ export const EN = {
   "alerts.none": "No alerts", "alerts.none_help": "Detectors watch every step; incidents appear here with their evidence and snapshots.",
   "alerts.steps": "steps {from}–{to}", "alerts.resolved": "resolved", "alerts.open": "open",
   "alerts.detectors": "Signals, first mover first", "alerts.library": "Failure library",
-  "alerts.library_missing": "not in the library", "alerts.snapshots": "Snapshots", "alerts.findings": "{n} findings",
+  "alerts.library_missing": "not in the library", "alerts.snapshots": "Snapshots", "alerts.findings": "Findings ({n})",
   "alerts.new_findings": "New findings arrived.", "alerts.refresh": "Refresh",
 
   "snapshot.title": "Snapshot", "snapshot.grad_hist": "Gradient-norm histogram (last {n} steps)",
@@ -156,7 +156,7 @@ export const ZH = {
   "alerts.none": "暂无告警", "alerts.none_help": "检测器监视每一步；事件会连同证据和快照显示在这里。",
   "alerts.steps": "第 {from}–{to} 步", "alerts.resolved": "已恢复", "alerts.open": "进行中",
   "alerts.detectors": "信号（最先异动者在前）", "alerts.library": "故障库",
-  "alerts.library_missing": "故障库中没有该条目", "alerts.snapshots": "快照", "alerts.findings": "{n} 条发现",
+  "alerts.library_missing": "故障库中没有该条目", "alerts.snapshots": "快照", "alerts.findings": "发现（{n} 条）",
   "alerts.new_findings": "有新的发现。", "alerts.refresh": "刷新",
 
   "snapshot.title": "快照", "snapshot.grad_hist": "梯度范数直方图（最近 {n} 步）",

@@ -24,6 +24,7 @@ function tooltip() {
     tip = h("div", { class: "token-tip", id: "token-tip", role: "tooltip" });
     tip.hidden = true;
     document.body.append(tip);
+    window.addEventListener("hashchange", () => { tip.hidden = true; }); // never outlives its page
   }
   return tip;
 }
