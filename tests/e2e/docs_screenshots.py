@@ -5,7 +5,6 @@ PNGs are reduced to 256 colours (when Pillow is installed) to keep the repositor
 
 from __future__ import annotations
 
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -14,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))  # first: this directory's conftest
 
 import storekit  # noqa: E402
+
 from conftest import CHROMIUM_ARGS, LiveServer, chromium_path  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "img"
