@@ -528,3 +528,24 @@ def test_distinct_3_equals_the_metrics_definition_on_characters():
 
     texts = ["好的好的好的", "a great question", "", "ab", "repeat repeat repeat"]
     assert distinct_3(texts, 400) == pytest.approx(distinct_ngram_frac([list(t) for t in texts], 3))
+
+
+def test_category_imbalance_from_samples_uses_prompt_level_noise():
+    rng = np.random.default_rng(13)
+    steps = []
+    for i in range(30):
+        batch = []
+        for c in ("math", "safety", "chat", "knowledge"):
+            for k in range(8):
+                drop = 1.0 if (c == "math" and i >= 20) else 0.0
+                r = float(rng.choice([1.0, 0.0, -0.5])) - drop
+                batch.append(sample(i, len(batch), r, prompt_id=f"{c}-{i}-{k}", category=c))
+        metrics = {f"reward/category/{c}/mean": float(np.mean([s.reward for s in batch
+                                                               if s.category == c]))
+                   for c in ("math", "safety", "chat", "knowledge")}
+        steps.append(({**metrics, "reward/std": 0.6}, batch))
+    step, cond = first(make("category_imbalance"), steps)
+    assert 20 <= step <= 22 and cond.key == "math"
+    assert cond.evidence["z_kind"].startswith("welch") and cond.evidence["onset_step"] == 20
+    metric_step = first(make("category_imbalance"), [(m, ()) for m, _ in steps])[0]
+    assert metric_step is None or metric_step > step  # the metric means alone are slower

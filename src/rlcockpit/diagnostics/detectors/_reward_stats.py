@@ -5,6 +5,8 @@
   visible instead of becoming the new normal);
 - distribution shape of one step's samples: :func:`skewness`, :func:`excess_kurtosis`,
   :func:`bimodality_coefficient` (Sarle), rank correlation :func:`spearman`;
+- :class:`PooledLevel` — the same for per-step arrays of sample values: the pooled recent samples
+  against the pooled reference samples (Welch's z), for levels whose noise the samples tell;
 - :func:`sample_values` — a numeric field of the step's samples, finite values only;
 - :func:`ks_test` — a fast two-sample KS test for a small sample against a large pool.
 
@@ -71,9 +73,12 @@ class Lagged:
         return robust_z(float(self.recent.mean()), self.reference.values, floor)
 
     def onset(self, moved: Callable[[float], bool]) -> int:
-        """First step of the trailing run of recent values for which ``moved(value)`` holds."""
+        """First step of the trailing run of values (recent, then reference) for which
+        ``moved(value)`` holds: a change that began before the recent steps is dated there."""
         onset = self._recent[-1][0]
-        for step, value in reversed(self._recent):
+        history = [*zip(self.reference.steps.tolist(), self.reference.values.tolist(),
+                        strict=True), *self._recent]
+        for step, value in reversed(history):
             if not moved(value):
                 break
             onset = step
@@ -82,6 +87,63 @@ class Lagged:
     def rebase(self) -> None:
         """Forget the reference (after a long-lasting change was acknowledged as the new level)."""
         self.reference.clear()
+        self.frozen = False
+
+
+class PooledLevel:
+    """Per-step arrays of values: the last ``recent`` steps pooled against the ``window`` before.
+
+    :meth:`z` is Welch's statistic (mean difference over its standard error), so the threshold
+    means the same whether a step holds 8 values or 800.
+    """
+
+    def __init__(self, window: int, recent: int) -> None:
+        self._recent: deque[tuple[int, np.ndarray]] = deque(maxlen=recent)
+        self._reference: deque[tuple[int, np.ndarray]] = deque(maxlen=window)
+        self.frozen = False
+
+    def push(self, values: np.ndarray, step: int) -> None:
+        values = np.asarray(values, dtype=float)
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            return
+        if len(self._recent) == self._recent.maxlen and not self.frozen:
+            self._reference.append(self._recent[0])
+        self._recent.append((int(step), values))
+
+    def ready(self, min_reference: int) -> bool:
+        return len(self._recent) == self._recent.maxlen and len(self._reference) >= min_reference
+
+    @property
+    def recent(self) -> np.ndarray:
+        return np.concatenate([v for _, v in self._recent])
+
+    @property
+    def reference(self) -> np.ndarray:
+        return np.concatenate([v for _, v in self._reference]) if self._reference else np.empty(0)
+
+    def z(self, sd_floor: float = 0.0) -> float:
+        """(mean recent − mean reference) / standard error; each std at least ``sd_floor``."""
+        a, b = self.recent, self.reference
+        if a.size < 2 or b.size < 2:
+            return math.nan
+        va = max(float(a.var(ddof=1)), sd_floor ** 2)
+        vb = max(float(b.var(ddof=1)), sd_floor ** 2)
+        se = math.sqrt(va / a.size + vb / b.size)
+        return (float(a.mean()) - float(b.mean())) / se if se > 0 else math.nan
+
+    def onset(self, moved: Callable[[float], bool]) -> int:
+        """First step of the trailing run of steps (recent, then reference) whose mean satisfies
+        ``moved``: a change that began before the recent steps is dated where it began."""
+        onset = self._recent[-1][0]
+        for step, values in reversed([*self._reference, *self._recent]):
+            if not moved(float(values.mean())):
+                break
+            onset = step
+        return onset
+
+    def rebase(self) -> None:
+        self._reference.clear()
         self.frozen = False
 
 

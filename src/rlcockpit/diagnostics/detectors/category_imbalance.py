@@ -25,15 +25,19 @@ components' weights or the prompt mix, or use a per-category KL coefficient (001
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._reward_stats import Lagged
+from rlcockpit.diagnostics.detectors._reward_stats import Lagged, PooledLevel
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Window, mann_kendall
+from rlcockpit.records import SampleRecord
 
 PREFIX = "reward/category/"
 
@@ -42,13 +46,21 @@ PREFIX = "reward/category/"
 class CategoryImbalanceConfig(Config):
     z_drop: float = option(4.5, help="Robust z of a category's recent mean that counts as a fall.",
                            range=(0.5, 1e6))
+    z_samples: float = option(4.0, help="Welch z (samples) at most minus this counts as a fall.",
+                              range=(0.5, 1e6))
     z_trend: float = option(3.5, help="Mann–Kendall Z (negative) that counts as a falling trend.",
                             range=(0.5, 1e6))
     others_min: float = option(0.0, help="The other categories' median z must be at least this "
                                "(they hold or rise).", range=(-1e6, 1e6))
     others_rise: float = option(2.0, help="Orange when the others' median z reaches this.",
                                 range=(0.0, 1e6))
-    recent: int = option(4, help="Steps averaged as the current level.", range=(1, 100))
+    recent: int = option(4, help="Steps averaged as the current level (metrics).",
+                         range=(1, 100))
+    sample_recent: int = option(2, help="Steps of samples pooled as the current level.",
+                                range=(1, 100))
+    min_pool: int = option(8, help="Prompts per category needed in the recent steps to judge "
+                           "from the samples (else the metric means are used).",
+                           range=(2, 1_000_000))
     window: int = option(20, help="Reference window (steps before the recent ones).",
                          range=(3, 10_000))
     trend_window: int = option(30, help="Steps of the trend test.", range=(5, 10_000))
@@ -62,6 +74,7 @@ class CategoryImbalanceConfig(Config):
 class _Category:
     def __init__(self, cfg: CategoryImbalanceConfig) -> None:
         self.level = Lagged(cfg.window, cfg.recent)
+        self.pool = PooledLevel(cfg.window, cfg.sample_recent)
         self.trend = Window(cfg.trend_window)
         self.firing = 0
 
@@ -76,11 +89,24 @@ def categories(view: StepView) -> list[str]:
     return sorted(names)
 
 
+def prompt_means(samples: Sequence[SampleRecord]) -> dict[str, np.ndarray]:
+    """Per category, the mean reward of each prompt in the step (GRPO groups count once)."""
+    by_prompt: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for s in samples:
+        if s.category and math.isfinite(s.reward):
+            by_prompt[(s.category, s.prompt_id or s.prompt)].append(s.reward)
+    out: dict[str, list[float]] = defaultdict(list)
+    for (category, _), rewards in by_prompt.items():
+        out[category].append(float(np.mean(rewards)))
+    return {c: np.asarray(v) for c, v in out.items()}
+
+
 @register
 class CategoryImbalance(Detector):
     name = "category_imbalance"
     family = "category_imbalance"
     reads = (PREFIX, "reward/std")
+    reads_samples = True
     patterns = ("category_imbalance",)
     signal = "category reward"
     Config = CategoryImbalanceConfig
@@ -89,34 +115,51 @@ class CategoryImbalance(Detector):
         super().__init__(config)
         self._cats: dict[str, _Category] = {}
         self._std = Window(self.config.window)
+        self._z_drop = self.config.z_drop
 
     def update(self, view: StepView) -> list[Condition] | object:
-        names = categories(view)
+        cfg = self.config
+        per_category = prompt_means(view.samples)
+        names = sorted(set(categories(view)) | set(per_category))
         if len(names) < 2:
             return SKIPPED
-        cfg = self.config
         floor = cfg.floor_frac * float(np.median(self._std.values)) if len(self._std) else 1e-6
+        floor = max(floor, 1e-9)
         self._std.push(view.finite("reward/std"), view.step)
         for name in names:
             cat = self._cats.setdefault(name, _Category(cfg))
             value = view.finite(f"{PREFIX}{name}/mean")
             cat.level.push(value, view.step)
             cat.trend.push(value, view.step)
-        floor = max(floor, 1e-9)
-        zs = {n: self._cats[n].level.z(floor) for n in names
-              if self._cats[n].level.ready(cfg.warmup)}
+            if name in per_category:
+                cat.pool.push(per_category[name], view.step)
+        zs, by_samples = self._scores(names, per_category, floor)
+        self._z_drop = cfg.z_samples if by_samples else cfg.z_drop
         out = []
         for name in names:
-            cond = self._judge(name, zs, floor) if name in zs else None
+            cond = self._judge(name, zs, floor, by_samples) if name in zs else None
             self._track(name, cond is not None)
             if cond is not None:
                 out.append(cond)
         return out
 
+    def _scores(self, names: list[str], per_category: dict, floor: float
+                ) -> tuple[dict[str, float], bool]:
+        """Welch z of the pooled prompt rewards when every category has enough samples this
+        step, else the robust z of the metric means."""
+        cfg = self.config
+        pools = {n: self._cats[n].pool for n in names}
+        if per_category and all(n in per_category and p.ready(cfg.warmup)
+                                and p.recent.size >= cfg.min_pool for n, p in pools.items()):
+            zs = {n: p.z(floor * 2.0) for n, p in pools.items()}
+            return {n: z for n, z in zs.items() if math.isfinite(z)}, True
+        return {n: self._cats[n].level.z(floor) for n in names
+                if self._cats[n].level.ready(cfg.warmup)}, False
+
     def _falling(self, name: str, z: float, floor: float) -> tuple[bool, float | None]:
         cfg = self.config
         cat = self._cats[name]
-        if z <= -cfg.z_drop:
+        if z <= -self._z_drop:
             return True, None
         if not cat.trend.full:
             return False, None
@@ -126,7 +169,8 @@ class CategoryImbalance(Detector):
         scale = cat.level.scale(floor)
         return trend.z <= -cfg.z_trend and lost >= 3.0 * scale, trend.z
 
-    def _judge(self, name: str, zs: dict[str, float], floor: float) -> Condition | None:
+    def _judge(self, name: str, zs: dict[str, float], floor: float,
+               by_samples: bool) -> Condition | None:
         cfg = self.config
         z = zs[name]
         falling, trend_z = self._falling(name, z, floor)
@@ -136,26 +180,36 @@ class CategoryImbalance(Detector):
         others_z = float(np.median(list(others.values())))
         if others_z < cfg.others_min:
             return None  # everything falls: a general decline, not an imbalance (reward_shape)
-        deep = z <= -2.0 * cfg.z_drop
+        deep = z <= -2.0 * self._z_drop
         severity = "orange" if others_z >= cfg.others_rise or deep else "yellow"
-        level = self._cats[name].level
-        now, ref = float(level.recent.mean()), level.median
-        scale = level.scale(floor)
+        now, ref, onset = self._level(name, floor, by_samples)
         evidence = {"category": name, "mean_now": now, "mean_reference": ref, "z": z,
-                    "trend_z": trend_z, "z_threshold": -cfg.z_drop, "others_z": others,
+                    "z_kind": "welch (samples)" if by_samples else "robust (metrics)",
+                    "trend_z": trend_z, "z_threshold": -self._z_drop, "others_z": others,
                     "others_median_z": others_z, "window": cfg.window,
-                    "signal": f"reward/category/{name}/mean",
-                    "onset_step": level.onset(lambda v: v - ref <= -scale)}
+                    "signal": f"reward/category/{name}/mean", "onset_step": onset}
         return Condition(severity, f"category {name!r} reward fell to {now:.3g} from {ref:.3g} "
                          f"(z {z:+.1f}) while the other categories held or rose (median z "
                          f"{others_z:+.1f})", evidence, key=name,
                          message_zh=f"类别 {name} 的奖励从 {ref:.3g} 降到 {now:.3g}，"
                          f"其他类别持平或上升")
 
+    def _level(self, name: str, floor: float, by_samples: bool) -> tuple[float, float, int]:
+        """(recent mean, reference mean, onset step) from the samples or the metric."""
+        cat = self._cats[name]
+        if by_samples:
+            now, ref = float(cat.pool.recent.mean()), float(cat.pool.reference.mean())
+            half = (ref + now) / 2.0
+            return now, ref, cat.pool.onset(lambda m: m <= half)
+        level = cat.level
+        ref, scale = level.median, level.scale(floor)
+        return float(level.recent.mean()), ref, level.onset(lambda v: v - ref <= -scale)
+
     def _track(self, name: str, firing: bool) -> None:
         cat = self._cats[name]
         cat.firing = cat.firing + 1 if firing else 0
-        cat.level.frozen = firing
+        cat.level.frozen = cat.pool.frozen = firing
         if cat.firing > self.config.rebase_after:
             cat.level.rebase()
+            cat.pool.rebase()
             cat.firing = 0
