@@ -210,3 +210,13 @@ def test_every_refusal_keeps_the_audit_chain_intact(world, http):
     assert verify(world.plane.store).ok
     actions = [(e.actor, e.outcome) for e in audit_tail(world, 2)]
     assert actions == [("olga", "refused"), ("vera", "refused")]
+
+
+def test_the_live_stream_takes_the_token_from_the_url(world, http):
+    """EventSource cannot send headers: GET requests may carry ?access_token= instead."""
+    with http.stream("GET", f"/api/runs/{RUN}/stream?access_token={world.tokens['vera']}") as resp:
+        assert resp.status_code == 200
+    assert http.get(f"/api/me?access_token={world.tokens['vera']}").json()["name"] == "vera"
+    resp = http.post(f"/api/runs/{RUN}/tickets?access_token={world.tokens['olga']}",
+                     json={"param": "kl.coef", "value": 0.2, "reason": "x"})
+    refused(world, resp, 401, "unauthorized")  # never for a change

@@ -59,7 +59,11 @@ class Access:
 
 
 def bearer_token(request: Request) -> str | None:
+    """The token of ``Authorization: Bearer <token>``; for GET requests also ``?access_token=``
+    (RFC 6750 §2.3), because a browser's EventSource (the live stream) cannot send headers."""
     header = request.headers.get("authorization", "").strip()
+    if not header and request.method == "GET":
+        return request.query_params.get("access_token") or None
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "bearer":
         return header or None  # another scheme: checked (and refused) as a malformed token
