@@ -65,3 +65,24 @@ def test_filters_narrow_the_list_and_pages_move(fixture_store, serve, page):
     page.fill("#f-text", "no such words anywhere")
     page.click("#sample-filters button[type=submit]")
     page.locator("#samples-empty").wait_for()
+
+
+def test_keyboard_shortcuts_switch_pages_and_focus_the_filter(fixture_store, serve, page):
+    uri, run_id = fixture_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/run/{run_id}/dashboard")
+    page.locator("#chart-reward").wait_for()
+    page.keyboard.press("s")
+    page.wait_for_function(f"() => location.hash === '#/run/{run_id}/samples'")
+    page.locator("#f-text").wait_for()
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "f-text"
+    page.keyboard.type("a")  # typing in a field is text, not a shortcut
+    assert page.evaluate("location.hash") == f"#/run/{run_id}/samples"
+    page.locator("#f-text").press("Enter")
+    page.wait_for_function("() => location.hash.includes('text=a')")
+    page.locator("body").click(position={"x": 5, "y": 300})
+    page.keyboard.press("l")
+    page.wait_for_function("() => location.hash === '#/library'")
+    page.keyboard.press("a")
+    page.wait_for_function(f"() => location.hash === '#/run/{run_id}/alerts'")

@@ -6,6 +6,7 @@ import { charts } from "./charts.js";
 import { EXTENSIONS } from "./extensions.js";
 import { RunHeader, runPicker } from "./header.js";
 import * as i18n from "./i18n.js";
+import { installShortcuts } from "./keys.js";
 import { LiveRun } from "./live.js";
 import * as router from "./router.js";
 import { clear, errorState, h, loading } from "./ui.js";
@@ -150,6 +151,7 @@ async function main() {
   });
   router.onViewsChange(() => state.runId !== undefined && document.getElementById("tabs") && renderTabs(router.parseHash()));
   window.addEventListener("hashchange", show);
+  installShortcuts(() => state.runId);
   await show();
 }
 
