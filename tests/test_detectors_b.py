@@ -232,6 +232,14 @@ def test_reward_hacking_jump_with_kl_up_and_entropy_down_is_red():
     assert cond.evidence["onset_step"] == 25
 
 
+def test_reward_hacking_jump_evidence_shows_the_best_paid_samples():
+    steps = [(row, [sample(i, j, row["reward/mean"] + j, f"answer {j}") for j in range(5)])
+             for i, row in enumerate(hacking_rows())]
+    cond = first(make("reward_hacking"), steps, key="jump")[1]
+    assert [s["response"] for s in cond.evidence["top_samples"]] == ["answer 4", "answer 3",
+                                                                      "answer 2"]
+
+
 def test_reward_hacking_severity_grows_with_the_co_moving_signals():
     one = first(make("reward_hacking"), metrics_only(hacking_rows(entropy_down=False)))[1]
     alone = first(make("reward_hacking"),

@@ -134,7 +134,8 @@ class RewardHacking(Detector):
         evidence = {"reward_now": now, "reward_reference": ref, "z": z, "z_threshold": cfg.z_jump,
                     "co_moving": {label: zc for (label, _), zc in moving.items()},
                     "window": cfg.window, "recent": cfg.recent, "signal": "reward",
-                    "onset_step": self._reward.onset(lambda v: v - ref >= 2.0 * scale)}
+                    "onset_step": self._reward.onset(lambda v: v - ref >= 2.0 * scale),
+                    "top_samples": top_samples(view.samples)}
         with_what = f" with {labels}" if moving else " (KL, entropy and length calm)"
         return Condition(severity, f"reward jumped to {now:.3g} from {ref:.3g} (z {z:+.1f})"
                          f"{with_what}: check the samples for reward hacking", evidence,
@@ -157,6 +158,13 @@ class RewardHacking(Detector):
             if sign * zc >= self.config.z_co:
                 moving[(label, sign)] = zc
         return moving
+
+
+def top_samples(samples: Sequence, k: int = 3) -> list[dict]:
+    """The ``k`` highest-reward samples of the step (001 Q2: read the jump step's texts first)."""
+    scored = sorted((s for s in samples if math.isfinite(s.reward)), key=lambda s: -s.reward)
+    return [{"sample_id": s.sample_id, "reward": s.reward, "prompt": s.prompt[:200],
+             "response": s.response[:300]} for s in scored[:k]]
 
 
 def ngram_shares(responses: Sequence[str], n: int, max_chars: int,
