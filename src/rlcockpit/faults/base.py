@@ -12,7 +12,8 @@ models at the onset. Detectors never learn about faults: the onset is recorded a
 
 The first faulted step is ``onset``: a live change is requested in the hook before step
 ``onset - 1`` so the trainer applies it at that step's HOTFIX boundary; reward faults corrupt the
-rewards of steps >= ``onset``; actions run before step ``onset``'s rollout.
+rewards of steps >= ``onset``; actions run before step ``onset``'s rollout (and before every later
+step when ``repeat`` is set).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Fault:
     live: LiveChange | None = None
     reward: RewardFault | None = None
     action: Action | None = None
+    repeat: bool = False  # the action runs again before every step after the onset too
     overrides: Mapping[str, Any] = field(default_factory=dict)  # dotted config keys, from step 0
 
     def __post_init__(self) -> None:
@@ -128,6 +130,8 @@ class _Injector:
             self.requested = dict(fault.live(trainer.live.params))
             self.pending = trainer.live.request(self.requested, reason=f"fault injection: {fault.name}",
                                                 requested_by=REQUESTER)
+        if fault.action is not None and fault.repeat and step > fault.onset:
+            fault.action(trainer)
         if step != fault.onset:
             return
         payload = fault.summary()

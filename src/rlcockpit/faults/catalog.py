@@ -28,6 +28,15 @@ def _set(**values: Any) -> Any:
     return change
 
 
+def _both(*changes: Any) -> Any:
+    def change(live: LiveParams) -> Mapping[str, Any]:
+        out: dict[str, Any] = {}
+        for c in changes:
+            out.update(c(live))
+        return out
+    return change
+
+
 def _sync_reference(trainer: Trainer) -> Mapping[str, Any]:
     """Copy the actor's weights into the frozen reference (a botched 'reference refresh')."""
     import torch
@@ -46,18 +55,22 @@ FAULTS: tuple[Fault, ...] = (
           "KL coefficient 0 and a reward model that pays for the filler template "
           "('a great question worth exploring', 000 §3.1)",
           expected=("reward_hacking",),
-          how="live request kl_coef = 0; reward wrapper filler_bonus (+2.0 helpfulness for filler)",
-          live=_set(kl_coef=0.0), reward=RewardFault("filler_bonus", {"bonus": 2.0})),
+          how="live request kl_coef = 0 and actor_lr x10 (so the hack spreads within ~20 steps instead of "
+              "hundreds); reward wrapper filler_bonus (+3.0 helpfulness for filler)",
+          live=_both(_set(kl_coef=0.0), _times("actor_lr", 10.0)), reward=RewardFault("filler_bonus", {"bonus": 3.0})),
     Fault("reward_scale_spike", "reward multiplied by 20 (000 §4.3: reward scaling set too high)",
           expected=("reward_scale",), how="live request reward_scale = 20 x current",
           live=_times("reward_scale", 20.0)),
-    Fault("ref_synced_to_actor", "reference weights copied from the actor at the onset (KL to the "
-          "reference becomes ~0)", expected=("kl_zero",),
-          how="step hook at the onset: reference.load_state_dict(actor.state_dict())", action=_sync_reference),
+    Fault("ref_synced_to_actor", "reference weights copied from the actor from the onset on, before every "
+          "step (a 'reference refresh' that follows the actor: KL to the reference becomes ~0)",
+          expected=("kl_zero",),
+          how="step hook before every step from the onset: reference.load_state_dict(actor.state_dict())",
+          action=_sync_reference, repeat=True),
     Fault("length_reward", "a reward that grows with response length (001 Q6)",
           expected=("length_hacking", "rm_staleness"),
-          how="reward wrapper length_bonus (+0.05 helpfulness per response character)",
-          reward=RewardFault("length_bonus", {"per_char": 0.05})),
+          how="reward wrapper length_bonus (+0.05 helpfulness per response character); live request actor_lr "
+              "x10 so the policy follows it within ~20 steps",
+          reward=RewardFault("length_bonus", {"per_char": 0.05}), live=_times("actor_lr", 10.0)),
     Fault("entropy_collapse", "sampling temperature collapsed to 0.3 (entropy falls, 001 Q4)",
           expected=("entropy",), how="live request temperature = 0.3", live=_set(temperature=0.3)),
     Fault("critic_lr_spike", "critic learning rate x1000 (001 Q5: critic divergence)",
