@@ -397,3 +397,19 @@ def test_lr_spike_run_update_ratio_moves_first_then_kl_goes_black():
 def test_reference_synced_run_is_caught_by_kl_zero_alone_at_the_onset():
     raised = _observe("fault_ref_synced_to_actor_s0")
     assert [(f.detector, f.step, f.severity) for f in raised] == [("kl_zero", 10, "red")]
+
+
+def test_entropy_collapse_run_is_red_two_steps_after_the_temperature_drop():
+    raised = _observe("fault_entropy_collapse_s0")
+    assert [(f.detector, f.step, f.severity) for f in raised] == [("entropy", 12, "red")]
+    assert raised[0].evidence["onset_step"] == 10
+
+
+def test_critic_lr_spike_run_names_the_update_ratio_then_value_loss_and_grad_norm():
+    raised = _observe("fault_critic_lr_spike_s0")
+    assert min(f.step for f in raised) == 10
+    got = {(f.detector, f.evidence.get("key"), f.severity) for f in raised if f.step <= 11}
+    assert got == {("update_ratio", "jump/critic", "orange"), ("critic", "divergence", "red"),
+                   ("gradients", "explosion/critic", "red")}
+    (incident, *_) = [i for i in group(raised) if i.first_step == 10]
+    assert incident.summary == "update ratio moved 1 step before value loss and grad norm"

@@ -91,8 +91,8 @@ class Entropy(Detector):
         if drop <= cfg.drop_orange:
             return None
         severity = "red" if drop > cfg.drop_red else "orange"
-        # onset: where the entropy last fell below the midpoint of the orange drop
-        falling = values < start * (1 - cfg.drop_orange / 2)
+        # onset: where the entropy last fell below the orange line (healthy noise stays above it)
+        falling = values < start * (1 - cfg.drop_orange)
         onset = trailing_onset(self._window.steps, falling) or int(self._window.steps[-1])
         evidence = {"drop": drop, "from": start, "to": recent, "baseline": baseline,
                     "window": cfg.window, "threshold": cfg.drop_orange, "signal": "entropy",

@@ -26,7 +26,7 @@ import numpy as np
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window
+from rlcockpit.diagnostics.windows import Window, trailing_onset
 
 _NETS = ("actor", "critic")
 
@@ -92,10 +92,12 @@ class UpdateRatio(Detector):
 
     def _judge(self, net: str, window: Window) -> Condition | None:
         cfg = self.config
-        median = float(np.median(window.values))
+        values, steps = window.values, window.steps
+        median = float(np.median(values))
+        outside = values > cfg.high if median > cfg.high else values < cfg.low
         evidence = {"update_ratio_median": median, "window": cfg.window, "low": cfg.low,
                     "high": cfg.high, "signal": "update ratio",
-                    "onset_step": int(window.steps[0])}
+                    "onset_step": trailing_onset(steps, outside) or int(steps[-1])}
         if median > cfg.high:
             return Condition("orange", f"{net} update/parameter ratio {median:.2g} above "
                              f"{cfg.high:g}: steps too large (learning rate too high?)", evidence,
