@@ -44,7 +44,7 @@ def free_port() -> int:
 class LiveServer:
     """create_app over ``uri`` served by uvicorn on its own thread."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, access: Any = None) -> None:
         import uvicorn
 
         from rlcockpit.server.app import create_app
@@ -54,7 +54,7 @@ class LiveServer:
         self.port = free_port()
         settings = ServerSettings(store=uri, port=self.port, sse_poll_s=0.1, keepalive_s=5.0)
         self.store = open_store(uri)
-        app = create_app(settings, self.store)
+        app = create_app(settings, self.store, access=access)
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
@@ -84,11 +84,11 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def serve() -> Iterator[Any]:
-    """serve(uri) -> LiveServer; every server started here is stopped after the test."""
+    """serve(uri, access=None) -> LiveServer; every server started here is stopped after the test."""
     servers: list[LiveServer] = []
 
-    def start(uri: str) -> LiveServer:
-        servers.append(LiveServer(uri))
+    def start(uri: str, access: Any = None) -> LiveServer:
+        servers.append(LiveServer(uri, access))
         return servers[-1]
 
     yield start

@@ -85,3 +85,28 @@ def test_runs_list_compares_two_runs(tmp_path, serve, page):
     page.locator("#run-picker").select_option(second)  # the picker keeps the current page
     page.wait_for_function(f"() => location.hash === '#/run/{second}/samples'")
     wait_for(lambda: page.locator("#run-step").inner_text() == "Step 20", what="the second run's header")
+
+
+class TokenAccess:
+    """A server with users: every read needs the token (header, or ?access_token= on the stream)."""
+
+    def require(self, request, role):
+        from rlcockpit.control.errors import AuthError
+
+        header = request.headers.get("authorization", "")
+        if header != "Bearer s3cret" and request.query_params.get("access_token") != "s3cret":
+            raise AuthError("this needs a bearer token", details={"role": role})
+
+
+def test_a_server_with_users_asks_for_a_token_and_then_streams(fixture_store, serve, page):
+    uri, run_id = fixture_store
+    server = serve(uri, access=TokenAccess())
+    allow_console_error(page, r"401 \(Unauthorized\)")
+    page.goto(f"{server.url}/#/run/{run_id}/dashboard")
+    page.locator("#token-input").wait_for()
+    assert "unauthorized" in page.locator(".state-error").inner_text()
+    page.fill("#token-input", "s3cret")
+    page.click(".token-form button[type=submit]")
+    wait_for(lambda: page.locator("#chart-reward").get_attribute("data-points") == "30", what="the dashboard")
+    page.locator("#conn-state:has-text('live')").wait_for()  # the stream authenticated by its URL
+    assert page.evaluate("localStorage.getItem('rlcockpit.token')") == "s3cret"

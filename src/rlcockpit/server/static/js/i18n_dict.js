@@ -19,6 +19,8 @@ export const EN = {
   "state.loading": "Loading…", "state.error": "Something went wrong", "state.retry": "Retry",
   "state.no_data": "no data", "state.no_data_yet": "No data yet — waiting for the first step",
   "state.no_samples_yet": "No samples yet", "state.unknown_view": "There is no page called “{name}”.",
+  "state.need_token": "This cockpit has users: paste your access token.", "state.token_placeholder": "access token",
+  "state.sign_in": "Sign in",
   "common.yes": "yes", "common.no": "no",
 
   "axis.step": "step",
@@ -111,6 +113,8 @@ export const ZH = {
   "state.loading": "加载中…", "state.error": "出错了", "state.retry": "重试",
   "state.no_data": "无数据", "state.no_data_yet": "暂无数据——等待第一步",
   "state.no_samples_yet": "暂无样本", "state.unknown_view": "没有名为“{name}”的页面。",
+  "state.need_token": "此驾驶舱启用了用户：请粘贴你的访问令牌。", "state.token_placeholder": "访问令牌",
+  "state.sign_in": "登录",
   "common.yes": "是", "common.no": "否",
 
   "axis.step": "步",

@@ -1,4 +1,5 @@
 // Small DOM helpers and the three states every panel has: loading, empty, error (with retry).
+import { setToken } from "./api.js";
 import { t } from "./i18n.js";
 
 // h("div", {class: "x", onclick: fn, dataset: {k: v}}, child, "text", [more children])
@@ -67,7 +68,22 @@ export function errorState(node, err, retry) {
     h("div", { class: "state-title", text: t("state.error") }),
     h("div", { class: "error-message", text: err && err.message ? err.message : String(err) }),
     h("div", { class: "muted error-code", text: code }),
+    err && err.status === 401 ? tokenForm(retry) : null,
     retry ? h("button", { class: "btn", onclick: retry, text: t("state.retry") }) : null));
+}
+
+// 401: the server has users (docs/control.md); paste an access token, it is kept in localStorage.
+function tokenForm(retry) {
+  const input = h("input", { type: "password", id: "token-input", placeholder: t("state.token_placeholder"), autocomplete: "off" });
+  const form = h("form", { class: "token-form" }, h("div", { class: "muted", text: t("state.need_token") }), input,
+    h("button", { class: "btn primary", type: "submit", text: t("state.sign_in") }));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    setToken(input.value.trim());
+    if (retry) retry();
+    else location.reload();
+  });
+  return form;
 }
 
 // Show a loading state, run `load`, then `render(result)`; on failure an error state with retry.

@@ -1,0 +1,158 @@
+// The ticket page of a run (docs/control.md): sign in with a token, request a live-parameter change
+// or a command, and the queue with approve / reject / cancel. The queue refreshes itself.
+import { t } from "../i18n.js";
+import { registerView } from "../router.js";
+import { clear, errorState, fmt, h, loading } from "../ui.js";
+import { changeText, control, fmtValue, signInPanel, statusChip } from "./control_common.js";
+
+const REFRESH_MS = 2000;
+const COMMANDS = ["pause", "resume", "stop", "checkpoint", "rollback"];
+
+class TicketsPage {
+  constructor(root, ctx) {
+    this.root = root;
+    this.ctx = ctx;
+    this.signature = "";
+  }
+
+  mount() {
+    this.render();
+    this.timer = setInterval(() => this.refreshQueue(), REFRESH_MS);
+    return () => clearInterval(this.timer);
+  }
+
+  render() {
+    clear(this.root);
+    this.requestBox = h("section", { class: "panel ctl-request" });
+    this.commandBox = this.commandPanel();
+    this.queueBox = h("section", { class: "panel ctl-queue", id: "ctl-queue" });
+    this.root.append(signInPanel(() => this.render()),
+      h("div", { class: "split" }, this.requestBox, this.commandBox), this.queueBox);
+    this.signature = "";
+    loading(this.queueBox, 2);
+    this.loadRequestForm();
+    this.refreshQueue();
+  }
+
+  async loadRequestForm() {
+    let live;
+    try {
+      live = await control.live(this.ctx.runId);
+    } catch (err) {
+      return errorState(this.requestBox, err, () => this.loadRequestForm());
+    }
+    const box = clear(this.requestBox);
+    box.append(h("h3", { class: "panel-title", text: t("ctl.request") }));
+    if (!live.current) return box.append(h("div", { class: "muted", text: t("ctl.live_none") }));
+    const { specs, values } = live.current;
+    const select = h("select", { id: "ctl-param" }, Object.keys(specs).sort().map((name) => h("option", { value: name,
+      text: `${name} — ${t("ctl.current", { value: fmtValue(values[name]), lo: fmt(specs[name].lo), hi: fmt(specs[name].hi) })}` })));
+    const value = h("input", { id: "ctl-value", type: "text", inputmode: "decimal" });
+    const reason = h("input", { id: "ctl-reason", type: "text", style: { width: "260px" } });
+    const msg = h("div", { id: "ctl-request-msg", class: "muted" });
+    const submit = async () => {
+      const raw = value.value.trim();
+      const number = raw === "" ? raw : Number(raw);
+      try {
+        const res = await control.request(this.ctx.runId, { param: select.value, value: Number.isNaN(number) ? raw : number, reason: reason.value });
+        msg.className = "muted ok";
+        msg.textContent = t("ctl.requested", { id: res.ticket.ticket_id });
+        value.value = "";
+        reason.value = "";
+        this.refreshQueue();
+      } catch (err) {
+        msg.className = "error-message";
+        msg.textContent = err.message;
+      }
+    };
+    box.append(h("div", { class: "filters" },
+      h("label", { class: "field" }, t("ctl.param"), select), h("label", { class: "field" }, t("ctl.value"), value),
+      h("label", { class: "field" }, t("ctl.reason"), reason),
+      h("button", { class: "btn primary", id: "ctl-submit", onclick: submit, text: t("ctl.submit") })), msg);
+  }
+
+  commandPanel() {
+    const select = h("select", { id: "ctl-command" }, COMMANDS.map((c) => h("option", { value: c, text: t(`ctl.cmd_${c}`) })));
+    const step = h("input", { id: "ctl-rollback-step", type: "number", min: "0", class: "num" });
+    const reason = h("input", { id: "ctl-command-reason", type: "text", style: { width: "200px" } });
+    const msg = h("div", { id: "ctl-command-msg", class: "muted" });
+    const send = async () => {
+      const body = { command: select.value, reason: reason.value };
+      if (select.value === "rollback" && step.value !== "") body.args = { step: Number(step.value) };
+      try {
+        const res = await control.command(this.ctx.runId, body);
+        msg.className = "muted ok";
+        msg.textContent = `#${res.ticket.ticket_id} ${t(`ctl.st_${res.ticket.status}`)}`;
+        this.refreshQueue();
+      } catch (err) {
+        msg.className = "error-message";
+        msg.textContent = err.message;
+      }
+    };
+    return h("section", { class: "panel ctl-commands" }, h("h3", { class: "panel-title", text: t("ctl.commands") }),
+      h("div", { class: "filters" }, h("label", { class: "field" }, t("ctl.command"), select),
+        h("label", { class: "field" }, t("ctl.rollback_step"), step), h("label", { class: "field" }, t("ctl.reason"), reason),
+        h("button", { class: "btn", id: "ctl-command-submit", onclick: send, text: t("ctl.send") })), msg);
+  }
+
+  async refreshQueue() {
+    let items;
+    try {
+      items = (await control.tickets(this.ctx.runId)).items;
+    } catch (err) {
+      this.signature = "";
+      return errorState(this.queueBox, err, () => this.refreshQueue());
+    }
+    const signature = JSON.stringify(items.map((x) => [x.ticket_id, x.status, x.updated_at]));
+    if (signature === this.signature) return;
+    this.signature = signature;
+    const box = clear(this.queueBox);
+    box.append(h("h3", { class: "panel-title", text: t("ctl.queue") }));
+    if (!items.length) return box.append(h("div", { class: "muted", text: t("ctl.empty_queue") }));
+    const cols = ["id", "status", "change", "by", "reason", "decision", "applied", "effect", "actions"];
+    box.append(h("table", { class: "list", id: "ctl-tickets" },
+      h("thead", {}, h("tr", {}, cols.map((c) => h("th", { text: t(`ctl.col_${c}`) })))),
+      h("tbody", {}, [...items].reverse().map((x) => this.row(x)))));
+  }
+
+  row(x) {
+    const comment = h("input", { class: "ctl-comment", type: "text", placeholder: t("ctl.comment"), style: { width: "130px" } });
+    const act = (action) => async (e) => {
+      e.target.disabled = true;
+      try {
+        await control.decide(x.ticket_id, action, comment.value);
+      } catch (err) {
+        tr.querySelector(".ctl-row-msg").textContent = err.message;
+      }
+      e.target.disabled = false;
+      this.signature = "";
+      this.refreshQueue();
+    };
+    const actions = [];
+    if (x.status === "requested") {
+      actions.push(comment, h("button", { class: "btn small primary ctl-approve", onclick: act("approve"), text: t("ctl.approve") }),
+        h("button", { class: "btn small ctl-reject", onclick: act("reject"), text: t("ctl.reject") }));
+    }
+    if (x.status === "requested" || x.status === "approved") {
+      actions.push(h("button", { class: "btn small ctl-cancel", onclick: act("cancel"), text: t("ctl.cancel") }));
+    }
+    const decision = x.decided_by ? `${x.decided_by}${x.comment ? `: ${x.comment}` : ""}` : "";
+    const tr = h("tr", { dataset: { ticket: String(x.ticket_id), status: x.status } },
+      h("td", { text: `#${x.ticket_id}` }), h("td", {}, statusChip(x.status)), h("td", { class: "ctl-change", text: changeText(x) }),
+      h("td", { text: x.requested_by }), h("td", { class: "preview", title: x.reason, text: x.reason }),
+      h("td", { text: decision }), h("td", { class: "ctl-applied", text: x.applied_step ?? "" }),
+      h("td", { class: "ctl-effect", text: effectText(x) }),
+      h("td", {}, actions, h("div", { class: "ctl-row-msg error-message" })));
+    return tr;
+  }
+}
+
+function effectText(x) {
+  const e = x.effect || {};
+  if (x.status === "applied" && x.kind === "param") return t("ctl.effect_wait");
+  if (e.ks_pvalue === undefined || e.ks_pvalue === null) return x.error || "";
+  const dv = e.reward_var_change === null || e.reward_var_change === undefined ? "—" : `${(100 * e.reward_var_change).toFixed(0)}%`;
+  return t("ctl.effect", { p: fmt(e.ks_pvalue), dm: fmt(e.reward_mean_delta), dv });
+}
+
+registerView("tickets", { scope: "run", labelKey: "ctl.tab_tickets", order: 60, mount: (root, ctx) => new TicketsPage(root, ctx).mount() });
