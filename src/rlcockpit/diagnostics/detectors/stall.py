@@ -7,7 +7,7 @@ step at all.
 Signal: over the last ``window`` steps, ``reward/mean`` shows no trend (Mann–Kendall p > 0.05)
 and its level moved less than ``reward_sigmas`` noise standard deviations (median of the last
 ``k`` vs the first ``k``), *and* ``kl/mean`` is flat (relative range < ``kl_range``, or it stayed
-below ``kl_floor`` — "KL stuck near 0", 001 Q25). Heartbeat: :meth:`tick` with no new step for
+below ``kl_floor`` — "KL stuck near 0", 001 Q25). Heartbeat: ``tick()`` with no new step for
 ``heartbeat_s`` seconds.
 Default thresholds: window 50 steps, k 10, reward moved < 1 σ (the difference of two medians of
 10 noisy values alone has a spread of ~0.56 σ), KL relative range < 0.2 or KL
