@@ -332,3 +332,32 @@ def test_server_never_imports_torch_or_the_trainer(store_uri):
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().replace("'", '"')) == []
+
+
+def test_sample_totals_follow_new_writes(tmp_path):
+    """The run's sample count is remembered between calls, and a new write invalidates it."""
+    from rlcockpit.records import Batch, RunInfo, SampleRecord
+    from rlcockpit.store import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'count.db'}")
+    writer = store.writer()
+    writer.create_run(RunInfo(run_id="c", project="p", name="c"))
+
+    def write(step: int, n: int) -> None:
+        writer.write_batch("c", Batch(samples=[SampleRecord(step=step, sample_id=i, prompt="q",
+                                                            response="a", reward=0.0)
+                                               for i in range(n)]))
+
+    write(0, 3)
+    with TestClient(create_app(ServerSettings(store=store.uri), store)) as c:
+        assert ok(c, "/api/runs/c")["samples"] == 3
+        assert ok(c, "/api/runs/c/samples?limit=1")["total"] == 3
+        write(1, 4)
+        assert ok(c, "/api/runs/c/samples?limit=1")["total"] == 7
+        assert ok(c, "/api/runs/c")["samples"] == 7
+        write(0, 2)  # a rewritten step replaces its samples with the same ids
+        assert ok(c, "/api/runs/c/samples?limit=1")["total"] == 7
+        write(2, 1)
+        assert ok(c, "/api/runs/c/samples?limit=1")["total"] == 8
+        assert ok(c, "/api/runs/c/samples?step_min=1&limit=1")["total"] == 5
+    writer.close()

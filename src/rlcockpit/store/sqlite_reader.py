@@ -52,6 +52,7 @@ class SqliteReader:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._counts: dict[int, tuple[tuple, int]] = {}  # run key -> (run version, samples)
 
     # ------------------------------------------------------------------ runs
 
@@ -76,9 +77,11 @@ class SqliteReader:
     def summary(self, run_id: str) -> RunSummary:
         run = self.get_run(run_id)
         key = self._run_key(run_id)
-        steps, first, last = self._q(
-            "SELECT COUNT(*), MIN(step), MAX(step) FROM steps WHERE run_key = ?", (key,))[0]
-        samples = self._q("SELECT COUNT(*) FROM samples WHERE run_key = ?", (key,))[0][0]
+        # three one-aggregate queries: SQLite answers a lone MIN or MAX with one index seek
+        steps = self._q("SELECT COUNT(*) FROM steps WHERE run_key = ?", (key,))[0][0]
+        first = self._q("SELECT MIN(step) FROM steps WHERE run_key = ?", (key,))[0][0]
+        last = self._q("SELECT MAX(step) FROM steps WHERE run_key = ?", (key,))[0][0]
+        samples = self._sample_count(key)
         severities = dict(self._q("SELECT severity, COUNT(*) FROM findings WHERE run_key = ? "
                                   "GROUP BY severity", (key,)))
         dropped = self.latest(run_id, [DROPPED_METRIC]).get(DROPPED_METRIC)
@@ -159,7 +162,8 @@ class SqliteReader:
         def run() -> tuple[int, list]:
             conn.execute("BEGIN")  # one snapshot for the total and the page
             try:
-                total = conn.execute(count_sql, args).fetchone()[0]
+                total = (self._sample_count(key) if _unfiltered(query)
+                         else conn.execute(count_sql, args).fetchone()[0])
                 page = conn.execute(page_sql, args + page_args).fetchall()
             finally:
                 conn.execute("COMMIT")
@@ -347,6 +351,21 @@ class SqliteReader:
 
     # ------------------------------------------------------------------ internals
 
+    def _sample_count(self, key: int) -> int:
+        """The run's sample count, remembered until the run is written again: every write
+        moves ``heartbeat_at``, so a finished run is counted once (a count of 1M samples reads
+        the whole run's index, ~50 ms) and a live run on every call."""
+        version = self._q("SELECT heartbeat_at, last_step FROM runs WHERE run_key = ?", (key,))[0]
+        with self._lock:
+            cached = self._counts.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        count = int(self._q("SELECT COUNT(*) FROM samples WHERE run_key = ?", (key,))[0][0])
+        with self._lock:
+            self._counts[key] = (version, count)
+        return count
+
+
     def _tail(self, table: str, id_col: str, cols: str, where: str, args: tuple,
               limit: int | None) -> list[tuple]:
         """Rows ascending by (step, insertion); with ``limit`` the most recent ``limit`` rows."""
@@ -416,6 +435,13 @@ class SqliteReader:
 
 def _bounds(step_min: int | None, step_max: int | None) -> tuple[int, int]:
     return (-_BIG if step_min is None else int(step_min), _BIG if step_max is None else int(step_max))
+
+
+def _unfiltered(q: SampleQuery) -> bool:
+    """A page of every sample of the run (only order, limit, offset, arrays given)."""
+    return (q.step_min is None and q.step_max is None and q.category is None
+            and q.reward_min is None and q.reward_max is None and not q.flags
+            and q.prompt_id is None and not q.text and q.has_token_arrays is None)
 
 
 def _evenly_spaced(items: list, n: int) -> list:

@@ -1,0 +1,272 @@
+"""How fast the cockpit's dashboard gets its data (part 1: the API side).
+
+The fixture (built once, cached under ``benchmarks/.cache/`` keyed by its size and the store's
+source; ``--rebuild`` to force): one run of 100k steps x 60 catalog metrics, 1M samples (10 a
+step, ~256 B prompt, ~768 B response), reward and length histograms every 10 steps, findings and
+the phases of the last steps — written through the store writer (``write_batch``) in big batches.
+
+Timed: the calls the dashboard makes when it opens a run (static/js: app.js, header.js,
+views/dashboard.js) against a real ``rlcockpit serve`` app (uvicorn on loopback, in-process
+thread): runs, run summary, one series call for the 3 chart rows (max_points=1000), latest,
+the two histograms over time (max_points=200), the latest-samples page, findings, current phase.
+``total_ms`` is the sum of one sequential round (median of ``--runs`` rounds after a warm-up);
+``parallel_ms`` is the same calls sent 6 at a time, as a browser does. Target: total <= 300 ms.
+
+Part 2 (the UI helper's): a new step reaches the browser within 2 s, measured in Chromium.
+
+Run: ``python benchmarks/ui.py [--quick] [--rebuild]``; the last stdout line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import hashlib
+import socket
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import CATEGORIES, fmt, machine_info, print_json_last_line
+from store_queries import TextPool, cached, store_salt
+
+TARGET_MS = 300.0
+RUN_ID = "bench-ui"
+CACHE = Path(__file__).resolve().parent / ".cache"
+HIST_EVERY = 10
+HIST_BINS = 64
+DASHBOARD_NAMES = (
+    "reward/mean", "kl/mean", "kl/target", "policy/entropy", "policy/loss", "value/loss",
+    "response/length_mean", "response/length_max", "policy/clip_frac", "value/clip_frac",
+    "response/truncated_frac", "response/eos_frac", "grad/norm/actor", "grad/norm/critic")
+SERIES_QUERY = ",".join(DASHBOARD_NAMES) + ",reward/category/*"
+
+
+def metric_names(n: int = 60) -> list[str]:
+    """The dashboard's names, the per-category rewards, then other catalog names up to ``n``."""
+    from rlcockpit.metrics.catalog import CATALOG
+
+    names = list(DASHBOARD_NAMES) + [f"reward/category/{c}/mean" for c in CATEGORIES]
+    names += [n for n in CATALOG if "<" not in n and "hist" not in n and n not in names]
+    return names[:n]
+
+
+# --- fixture ------------------------------------------------------------------------------------
+
+
+def batches(steps: int, per_step: int, chunk: int = 500) -> Iterator[tuple[int, Any]]:
+    """(steps in chunk, Batch) pairs: metrics as random walks with rare spikes, histograms every
+    HIST_EVERY steps, samples, a finding every 5000 steps, phases for the last 1000 steps."""
+    from rlcockpit.records import (
+        Batch,
+        FindingRecord,
+        HistogramRecord,
+        MetricPoint,
+        PhaseRecord,
+        SampleRecord,
+    )
+
+    rng = np.random.default_rng(7)
+    names = metric_names()
+    prompts, responses = TextPool(256, seed=2), TextPool(768, seed=3)
+    level = np.zeros(len(names))
+    edges = tuple(np.linspace(-1, 1, HIST_BINS + 1).tolist())
+    for start in range(0, steps, chunk):
+        block = np.arange(start, min(start + chunk, steps))
+        walk = np.cumsum(rng.normal(0, 0.01, (len(block), len(names))), axis=0) + level
+        level = walk[-1]
+        wall = 1.7e9 + block.astype(float)
+        metrics = [MetricPoint(int(s), n, float(v), float(w))
+                   for s, row, w in zip(block.tolist(), walk.tolist(), wall.tolist(), strict=True)
+                   for n, v in zip(names, row, strict=True)]
+        hists = [HistogramRecord(int(s), n, edges, tuple(rng.integers(0, 50, HIST_BINS).tolist()),
+                                 float(s) + 1.7e9)
+                 for s in block if s % HIST_EVERY == 0 for n in ("reward/hist",
+                                                                 "response/length/hist")]
+        rewards = rng.uniform(-1, 1, len(block) * per_step)
+        samples = [SampleRecord(step=int(s), sample_id=i, prompt=prompts[k], response=responses[k * 7],
+                                reward=float(rewards[k]), category=CATEGORIES[k % len(CATEGORIES)],
+                                prompt_id=f"p{k % 5000}", length=200)
+                   for j, s in enumerate(block) for i in range(per_step)
+                   for k in (j * per_step + i,)]
+        findings = [FindingRecord(int(s), "kl_tiers", "yellow", "KL above 1.5x target",
+                                  incident=f"inc-{s}") for s in block if s % 5000 == 4999]
+        phases = [PhaseRecord(int(s), p, st, wall_time=float(s) + 1.7e9) for s in block
+                  if s >= steps - 1000 for p in ("ROLLOUT", "SCORE", "UPDATE")
+                  for st in ("started", "finished")]
+        yield len(block), Batch(metrics=metrics, histograms=hists, samples=samples,
+                                findings=findings, phases=phases)
+
+
+def build_store(path: Path, steps: int = 100_000, per_step: int = 10,
+                progress: Callable[[int], None] | None = None) -> None:
+    """Write the fixture run into a new store file at ``path``."""
+    from rlcockpit.records import RunInfo
+    from rlcockpit.store import open_store
+
+    writer = open_store(f"sqlite:///{path}").writer()
+    writer.create_run(RunInfo(run_id=RUN_ID, project="bench", name="ui", started_at=1.7e9))
+    for n, batch in batches(steps, per_step):
+        writer.write_batch(RUN_ID, batch)
+        if progress:
+            progress(n)
+    writer.set_run_status(RUN_ID, "finished", ended_at=1.7e9 + steps)
+    writer.close()
+
+
+# --- timing -------------------------------------------------------------------------------------
+
+
+def initial_calls(run_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, path, params) of what the dashboard asks when it opens a run."""
+    run = f"/api/runs/{run_id}"
+    return [
+        ("runs", "/api/runs", {}),
+        ("run", run, {}),
+        ("series", f"{run}/series", {"names": SERIES_QUERY, "max_points": 1000}),
+        ("latest", f"{run}/latest", {}),
+        ("reward_hist", f"{run}/histograms", {"name": "reward/hist", "max_points": 200}),
+        ("length_hist", f"{run}/histograms", {"name": "response/length/hist", "max_points": 200}),
+        ("samples", f"{run}/samples", {"order": "step_desc", "limit": 6}),
+        ("findings", f"{run}/findings", {"severities": "orange,red,black"}),
+        ("phases", f"{run}/phases", {"limit": 1}),
+    ]
+
+
+def time_initial_calls(base_url: str, run_id: str, runs: int = 7) -> dict[str, Any]:
+    """Median ms per call, of one sequential round (``total_ms``) and of the calls sent 6 at a
+    time (``parallel_ms``), after one warm-up round; bytes per call."""
+    import httpx
+
+    calls = initial_calls(run_id)
+    per: dict[str, list[float]] = {label: [] for label, _, _ in calls}
+    sizes: dict[str, int] = {}
+    totals, parallel = [], []
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        def one(label: str, path: str, params: dict) -> float:
+            t0 = time.perf_counter()
+            r = client.get(path, params=params)
+            r.raise_for_status()
+            sizes[label] = len(r.content)
+            return time.perf_counter() - t0
+
+        for i in range(runs + 1):
+            t0 = time.perf_counter()
+            took = {label: one(label, p, q) for label, p, q in calls}
+            total = time.perf_counter() - t0
+            with concurrent.futures.ThreadPoolExecutor(6) as pool:
+                t1 = time.perf_counter()
+                list(pool.map(lambda c: one(*c), calls))
+                par = time.perf_counter() - t1
+            if i == 0:
+                continue  # warm-up: page cache, connections
+            totals.append(total)
+            parallel.append(par)
+            for label, s in took.items():
+                per[label].append(s)
+    return {"total_ms": statistics.median(totals) * 1e3,
+            "parallel_ms": statistics.median(parallel) * 1e3,
+            "calls": {k: {"median_ms": statistics.median(v) * 1e3, "bytes": sizes[k]}
+                      for k, v in per.items()}}
+
+
+class Server:
+    """The cockpit app under uvicorn on a free loopback port, in a background thread."""
+
+    def __init__(self, store_path: Path) -> None:
+        import uvicorn
+
+        from rlcockpit.server.app import create_app
+        from rlcockpit.server.settings import ServerSettings
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        app = create_app(ServerSettings(store=f"sqlite:///{store_path}", port=self.port))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                    log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.02)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+def fixture_path(steps: int, per_step: int, cache: Path) -> Path:
+    key = hashlib.sha1(f"{steps}-{per_step}-{store_salt()}-{metric_names()}".encode()).hexdigest()
+    return cache / f"ui_{key[:12]}.db"
+
+
+def build_cached(steps: int, per_step: int, cache: Path, rebuild: bool) -> tuple[Path, dict]:
+    cache.mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = {}
+
+    def build(p: Path) -> None:
+        t0 = time.perf_counter()
+        done = [0]
+
+        def progress(n: int) -> None:
+            done[0] += n
+            if done[0] % 10_000 < n:
+                print(f"  built {done[0]}/{steps} steps", file=sys.stderr, flush=True)
+
+        build_store(p, steps, per_step, progress)
+        info["build_s"] = round(time.perf_counter() - t0, 1)
+
+    path, reused = cached(fixture_path(steps, per_step, cache), rebuild, build)
+    info.update(reused_cache=reused, size_mb=round(path.stat().st_size / 2**20, 1))
+    return path, info
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=100_000)
+    p.add_argument("--samples-per-step", type=int, default=10)
+    p.add_argument("--runs", type=int, default=7, help="timed rounds (median)")
+    p.add_argument("--quick", action="store_true", help="2000 steps, 2 rounds")
+    p.add_argument("--cache-dir", default=str(CACHE))
+    p.add_argument("--rebuild", action="store_true")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps, args.runs = 2000, 2
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    path, info = build_cached(args.steps, args.samples_per_step, Path(args.cache_dir),
+                              args.rebuild)
+    with Server(path) as base:
+        result = time_initial_calls(base, RUN_ID, args.runs)
+    print(f"dashboard initial API calls, {args.steps} steps x {len(metric_names())} metrics, "
+          f"{args.steps * args.samples_per_step} samples ({info['size_mb']} MB)")
+    for label, c in result["calls"].items():
+        print(f"  {label:12s} {fmt(c['median_ms'], 1):>8s} ms  {c['bytes']:>9d} B")
+    print(f"  {'total':12s} {fmt(result['total_ms'], 1):>8s} ms  (target <= {TARGET_MS:.0f} ms); "
+          f"6 in parallel: {fmt(result['parallel_ms'], 1)} ms")
+    print_json_last_line({
+        "benchmark": "ui_api", "steps": args.steps, "metrics": len(metric_names()),
+        "samples": args.steps * args.samples_per_step, "total_ms": round(result["total_ms"], 1),
+        "parallel_ms": round(result["parallel_ms"], 1), "target_ms": TARGET_MS,
+        "meets_target": result["total_ms"] <= TARGET_MS,
+        "calls_ms": {k: round(c["median_ms"], 1) for k, c in result["calls"].items()},
+        **info, **machine_info()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
