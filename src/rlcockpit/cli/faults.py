@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
         description="Fault injection: list the built-in faults, or run a short tiny-world training with one "
                     "of them injected at a known step, diagnostics on. docs/detection.md describes each fault.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="faults_command", metavar="SUBCOMMAND")
+    sub = p.add_subparsers(dest="faults_command", metavar="SUBCOMMAND", parser_class=_OverridesAnywhere)
     lp = sub.add_parser("list", help="table of the faults: name, description, onset, expected detectors")
     lp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     lp.set_defaults(func=cmd_list)
@@ -48,6 +48,18 @@ def register(subparsers: Any) -> None:
     rp.add_argument("--json", action="store_true", help="print the result as one JSON object")
     rp.set_defaults(func=cmd_run)
     p.set_defaults(func=lambda args: _usage(p))
+
+
+class _OverridesAnywhere(argparse.ArgumentParser):
+    """KEY=VALUE overrides may follow the options too (argparse matches positionals only once)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        ns, extra = super().parse_known_args(args, namespace)
+        if hasattr(ns, "overrides"):
+            moved = [a for a in extra if "=" in a and not a.startswith("-")]
+            ns.overrides = [*(ns.overrides or []), *moved]
+            extra = [a for a in extra if a not in moved]
+        return ns, extra
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

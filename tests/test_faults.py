@@ -1,0 +1,225 @@
+"""Fault injection: every built-in fault is visible in the metrics of a real tiny-world run.
+
+Runs are tiny (8 prompts, 10 new tokens, onset at step 2, 3 steps) and shared: the live-parameter
+faults are injected together into one run (each has its own metric), the reward wrappers are
+checked directly on the tiny world's reward function, and two end-to-end runs cover the reward
+hook (through the CLI) and the reference sync.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from rlcockpit import faults
+from rlcockpit.errors import ConfigError, NotFoundError, RewardFunctionError
+from rlcockpit.faults import rewards as fault_rewards
+
+TINY = ["rollout.batch_size=8", "ppo.minibatch_size=8", "rollout.max_new_tokens=10", "ppo.epochs=1",
+        "optim.warmup_steps=0"]
+ONSET = 2
+LIVE_FAULTS = ("lr_spike", "critic_lr_spike", "entropy_collapse", "too_many_ppo_epochs", "reward_scale_spike")
+NAMES = ("lr_spike", "kl_coef_zero_with_hackable_reward", "reward_scale_spike", "ref_synced_to_actor",
+         "length_reward", "entropy_collapse", "critic_lr_spike", "rm_component_bias", "too_many_ppo_epochs",
+         "kl_coef_huge", "nan_reward", "category_reward_drop")
+
+
+def _config(tmp_path, name: str, steps: int = ONSET + 1, *extra: str):
+    from rlcockpit.faults.runner import fault_config
+
+    return fault_config(seed=0, store=f"sqlite:///{tmp_path / 'runs.db'}", steps=steps, name=name,
+                        overrides=[*TINY, *extra])
+
+
+def _series(store: str, run_id: str, *names: str) -> dict[int, dict[str, float]]:
+    from rlcockpit.store import open_store
+
+    reader = open_store(store, create=False).reader()
+    try:
+        out: dict[int, dict[str, float]] = {}
+        for name, s in reader.read_series(run_id, list(names)).items():
+            for step, value in zip(s.steps, s.values, strict=True):
+                out.setdefault(step, {})[name] = value
+        return out
+    finally:
+        reader.close()
+
+
+def _events(store: str, run_id: str, kind: str) -> list:
+    from rlcockpit.store import open_store
+
+    reader = open_store(store, create=False).reader()
+    try:
+        return reader.read_events(run_id, kinds=[kind])
+    finally:
+        reader.close()
+
+
+# --------------------------------------------------------------------------- the catalog
+
+
+def test_catalog_has_every_public_fault_with_its_expected_detectors():
+    found = faults.available()
+    assert tuple(found) == NAMES
+    for fault in found.values():
+        assert fault.expected and fault.description and fault.how
+        assert fault.live or fault.reward or fault.action, fault.name
+
+
+def test_unknown_fault_name_suggests_the_closest():
+    with pytest.raises(NotFoundError, match="did you mean 'lr_spike'"):
+        faults.get("lr_spik")
+
+
+def test_onset_below_two_is_refused():
+    with pytest.raises(ConfigError, match="onset=1 must be >= 2"):
+        faults.get("lr_spike").with_onset(1)
+
+
+def test_a_reward_fault_applied_only_to_the_trainer_is_refused(tmp_path, monkeypatch):
+    from rlcockpit.trainer.trainer import Trainer
+
+    monkeypatch.delenv(fault_rewards.ENV, raising=False)
+    cfg = _config(tmp_path, "refused")
+    with pytest.raises(ConfigError, match="apply it to the config before building the Trainer"):
+        faults.get("nan_reward").apply(Trainer(cfg))
+
+
+def test_cli_list_prints_every_fault(capsys):
+    from rlcockpit.cli import main
+
+    assert main(["faults", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == list(NAMES)
+    assert {r["onset"] for r in rows} == {10}
+
+
+# --------------------------------------------------------------------------- reward wrappers
+
+
+def _scored(monkeypatch, name: str, step: int, responses: list[str], meta: list[dict]) -> list:
+    fault = faults.get(name).with_onset(5)
+    monkeypatch.setenv(fault_rewards.ENV, fault_rewards.encode(fault.reward.kind, fault.onset,
+                                                               "rlcockpit.world.rewards:score", fault.reward.params))
+    return fault_rewards.score(["p"] * len(responses), responses, meta, step)
+
+
+CHAT = {"category": "chat", "keywords": ["garden"]}
+MATH = {"category": "math", "answer": 4}
+
+
+def test_reward_wrappers_pass_the_reward_through_before_the_onset(monkeypatch):
+    from rlcockpit.world.rewards import score
+
+    responses, meta = ["That is a great question worth exploring.", "\\boxed{4}"], [CHAT, MATH]
+    for name in ("kl_coef_zero_with_hackable_reward", "length_reward", "rm_component_bias", "nan_reward",
+                 "category_reward_drop"):
+        assert _scored(monkeypatch, name, 4, responses, meta) == score(["p"] * 2, responses, meta, 4)
+
+
+def test_hackable_reward_pays_for_the_filler_template(monkeypatch):
+    filler, plain = "That is a great question worth exploring.", "Water the garden in the morning."
+    out = _scored(monkeypatch, "kl_coef_zero_with_hackable_reward", 5, [filler, plain], [CHAT, CHAT])
+    assert out[0]["helpfulness"] == pytest.approx(-0.5 + 3.0)  # filler-only (-0.5) plus the bonus
+    assert out[1]["helpfulness"] == pytest.approx(1.0)  # on topic, untouched
+
+
+def test_length_reward_grows_with_length(monkeypatch):
+    responses = ["garden", "garden " * 3, "garden " * 6]
+    out = _scored(monkeypatch, "length_reward", 6, responses, [CHAT] * 3)
+    values = [d["helpfulness"] for d in out]
+    assert values[0] < values[1] < values[2]
+    assert values[2] - values[0] == pytest.approx(0.05 * (len(responses[2]) - len(responses[0])))
+
+
+def test_component_bias_shifts_one_component_on_every_sample(monkeypatch):
+    from rlcockpit.world.rewards import score
+
+    responses, meta = ["Water the garden.", "\\boxed{4}"], [CHAT, MATH]
+    clean = score(["p"] * 2, responses, meta, 5)
+    out = _scored(monkeypatch, "rm_component_bias", 5, responses, meta)
+    for before, after in zip(clean, out, strict=True):
+        assert after["helpfulness"] == pytest.approx(before["helpfulness"] - 0.5)
+        assert after["correctness"] == before["correctness"]
+
+
+def test_category_drop_hits_one_category_and_deepens_each_step(monkeypatch):
+    responses, meta = ["\\boxed{4}", "Water the garden."], [MATH, CHAT]
+    first = _scored(monkeypatch, "category_reward_drop", 5, responses, meta)
+    later = _scored(monkeypatch, "category_reward_drop", 8, responses, meta)
+    assert first[0]["correctness"] == pytest.approx(1.0 - 0.25)
+    assert later[0]["correctness"] == pytest.approx(1.0 - 1.0)
+    assert first[1] == later[1]  # chat untouched
+
+
+def test_nan_reward_poisons_some_samples_every_faulted_step(monkeypatch):
+    responses, meta = ["\\boxed{4}"] * 40, [MATH] * 40
+    for step in (5, 6, 7):
+        out = _scored(monkeypatch, "nan_reward", step, responses, meta)
+        bad = sum(any(isinstance(v, float) and math.isnan(v) for v in d.values()) for d in out)
+        assert 1 <= bad <= 12
+
+
+def test_wrapper_without_its_environment_fails_with_a_fix(monkeypatch):
+    monkeypatch.delenv(fault_rewards.ENV, raising=False)
+    with pytest.raises(RewardFunctionError, match="Fault.configure"):
+        fault_rewards.score(["p"], ["r"], [CHAT], 0)
+
+
+# --------------------------------------------------------------------------- real runs
+
+
+def test_live_faults_change_their_parameters_from_the_onset(tmp_path):
+    cfg = _config(tmp_path, "live")
+    trainer = faults.get(LIVE_FAULTS[0]).with_onset(ONSET).trainer(cfg)
+    for name in LIVE_FAULTS[1:]:
+        faults.get(name).with_onset(ONSET).apply(trainer)
+    result = trainer.run()
+    assert result.status == "finished"
+    m = _series(cfg.telemetry.store, result.run_id, "optim/lr/actor", "optim/lr/critic", "rollout/temperature",
+                "ppo/epochs", "reward/scale", "reward/std", "policy/approx_kl")
+    before, after = m[ONSET - 1], m[ONSET]
+    assert after["optim/lr/actor"] == pytest.approx(100 * before["optim/lr/actor"])
+    assert after["optim/lr/critic"] == pytest.approx(1000 * before["optim/lr/critic"])
+    assert (before["rollout/temperature"], after["rollout/temperature"]) == (1.0, 0.3)
+    assert (before["ppo/epochs"], after["ppo/epochs"]) == (1, 16)
+    assert after["reward/scale"] == 20 * before["reward/scale"]
+    assert after["policy/approx_kl"] > 10 * before["policy/approx_kl"]  # lr x100 and 16 epochs really bite
+    events = _events(cfg.telemetry.store, result.run_id, "fault")
+    assert sorted(e.payload["fault"] for e in events) == sorted(LIVE_FAULTS)
+    assert {e.step for e in events} == {ONSET}
+
+
+def test_nan_reward_through_the_cli_is_counted_and_recorded(tmp_path, monkeypatch, capsys):
+    from rlcockpit.cli import main
+
+    monkeypatch.delenv(fault_rewards.ENV, raising=False)
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    code = main(["faults", "run", "nan_reward", "--store", store, "--onset", str(ONSET), "--steps", "3", "--json",
+                 *TINY])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["fault"], out["onset"], out["status"]) == ("nan_reward", ONSET, "finished")
+    m = _series(store, out["run_id"], "reward/nonfinite_total")
+    assert m[ONSET - 1]["reward/nonfinite_total"] == 0
+    assert m[ONSET + 1]["reward/nonfinite_total"] > m[ONSET]["reward/nonfinite_total"] > 0
+    [event] = _events(store, out["run_id"], "fault")
+    assert event.step == ONSET and event.payload["reward"]["kind"] == "nan"
+
+
+def test_reference_synced_to_the_actor_makes_kl_vanish(tmp_path):
+    # a higher lr first, so the actor has moved away from the reference before the onset
+    cfg = _config(tmp_path, "ref", 5, "optim.actor_lr=1e-3")
+    fault = faults.get("ref_synced_to_actor").with_onset(4)
+    from rlcockpit.trainer.trainer import Trainer
+
+    trainer = fault.apply(Trainer(fault.apply(cfg)))  # the documented two-part form
+    result = trainer.run()
+    m = _series(cfg.telemetry.store, result.run_id, "kl/mean", "kl/token_max")
+    assert m[3]["kl/token_max"] > 0.05 and abs(m[3]["kl/mean"]) > 0.01  # k1 KL may be negative
+    for step in (4, 5):
+        assert abs(m[step]["kl/mean"]) < 1e-3 and m[step]["kl/token_max"] < 1e-3
+    assert np.isfinite(m[5]["kl/mean"])
