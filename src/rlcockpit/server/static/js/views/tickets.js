@@ -3,7 +3,7 @@
 import { t } from "../i18n.js";
 import { registerView } from "../router.js";
 import { clear, errorState, fmt, h, loading } from "../ui.js";
-import { changeText, control, fmtValue, signInPanel, statusChip } from "./control_common.js";
+import { changeText, control, controlAvailable, fmtValue, signInPanel, statusChip } from "./control_common.js";
 
 const REFRESH_MS = 2000;
 const COMMANDS = ["pause", "resume", "stop", "checkpoint", "rollback"];
@@ -45,7 +45,7 @@ class TicketsPage {
     box.append(h("h3", { class: "panel-title", text: t("ctl.request") }));
     if (!live.current) return box.append(h("div", { class: "muted", text: t("ctl.live_none") }));
     const { specs, values } = live.current;
-    const select = h("select", { id: "ctl-param" }, Object.keys(specs).sort().map((name) => h("option", { value: name,
+    const select = h("select", { id: "ctl-param", style: { width: "330px" } }, Object.keys(specs).sort().map((name) => h("option", { value: name,
       text: `${name} — ${t("ctl.current", { value: fmtValue(values[name]), lo: fmt(specs[name].lo), hi: fmt(specs[name].hi) })}` })));
     const value = h("input", { id: "ctl-value", type: "text", inputmode: "decimal" });
     const reason = h("input", { id: "ctl-reason", type: "text", style: { width: "260px" } });
@@ -72,7 +72,7 @@ class TicketsPage {
   }
 
   commandPanel() {
-    const select = h("select", { id: "ctl-command" }, COMMANDS.map((c) => h("option", { value: c, text: t(`ctl.cmd_${c}`) })));
+    const select = h("select", { id: "ctl-command", style: { width: "230px" } }, COMMANDS.map((c) => h("option", { value: c, text: t(`ctl.cmd_${c}`) })));
     const step = h("input", { id: "ctl-rollback-step", type: "number", min: "0", class: "num" });
     const reason = h("input", { id: "ctl-command-reason", type: "text", style: { width: "200px" } });
     const msg = h("div", { id: "ctl-command-msg", class: "muted" });
@@ -155,4 +155,5 @@ function effectText(x) {
   return t("ctl.effect", { p: fmt(e.ks_pvalue), dm: fmt(e.reward_mean_delta), dv });
 }
 
-registerView("tickets", { scope: "run", labelKey: "ctl.tab_tickets", order: 60, mount: (root, ctx) => new TicketsPage(root, ctx).mount() });
+// only when the server runs the control plane (a read-only server gets no tab it cannot serve)
+if (await controlAvailable()) registerView("tickets", { scope: "run", labelKey: "ctl.tab_tickets", order: 60, mount: (root, ctx) => new TicketsPage(root, ctx).mount() });
