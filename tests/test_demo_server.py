@@ -67,3 +67,21 @@ def test_demo_refuses_a_busy_port(tmp_path):
                              capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 2
     assert f"port {port} on 127.0.0.1 is not free" in out.stderr and "--port N" in out.stderr
+
+
+def test_demo_server_thread_serves_the_read_and_control_api(tmp_path):
+    """The demo's in-process server: the same app as `rlcockpit serve` (control included), and
+    it stops cleanly."""
+    from rlcockpit.cli.demo import DemoServer
+
+    server = DemoServer(f"sqlite:///{tmp_path / 'd.db'}", free_port())
+    server.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server._server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert httpx.get(f"{server.url}api/runs", timeout=5).json() == {"items": []}
+        assert httpx.get(f"{server.url}api/me", timeout=5).status_code == 200
+    finally:
+        server.stop()
+    assert not server._thread.is_alive()

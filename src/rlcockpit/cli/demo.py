@@ -95,8 +95,10 @@ class DemoServer:
         import uvicorn
 
         from rlcockpit.server.app import create_app
+        from rlcockpit.server.auth import control_for
 
-        app = create_app(self.settings, self.opened)
+        access, control = control_for(self.settings, self.opened)  # as `rlcockpit serve` does
+        app = create_app(self.settings, self.opened, access=access, control=control)
         config = uvicorn.Config(app, host=self.settings.host, port=self.settings.port,
                                 log_level="warning")
         self._server = uvicorn.Server(config)
