@@ -131,6 +131,18 @@ def test_red_pauses_snapshots_and_checkpoints_until_a_person_resumes(tmp_path, m
     assert len(json.dumps(p)) < 1_000_000
 
 
+def test_grpo_snapshot_has_policy_head_coordinates_only(tmp_path, model_dir):
+    cfg = make_config(tmp_path, "algo=grpo", "rollout.batch_size=4", "rollout.n_samples=2", "train.steps=3",
+                      script(s3="red"), "diagnostics.policy.actions.red=[snapshot]", model=model_dir)
+    result = Trainer(cfg).run()
+    assert result.status == "finished"
+    (snap,) = store_view(cfg, result.run_id)["snapshots"]
+    cov = snap.payload["head_grad_cov"]
+    assert len(cov["labels"]) == 16 and all(label.startswith("policy[") for label in cov["labels"])
+    assert len(cov["matrix"]) == 16 and cov["rows"] == 6
+    assert snap.payload["grad_norm_hist"]["steps"] == [1, 2, 3]
+
+
 def test_black_stops_and_rolls_back_to_the_last_checkpoint_before_the_incident(tmp_path, model_dir):
     # the incident starts (orange) at step 5 and turns black at 7; a periodic checkpoint at 6 was
     # taken after the incident started, so the rollback must pick step 4
