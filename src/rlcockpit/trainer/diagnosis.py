@@ -234,17 +234,20 @@ _HANDLERS: dict[str, Callable[[Action, ActionContext], Mapping[str, Any]]] = {
 
 def checkpoint_before(trainer: Any, first_step: int) -> Path | None:
     """The newest complete checkpoint of this run taken at a step < ``first_step`` (from disk, so
-    checkpoints of an earlier process of a resumed run count too)."""
+    checkpoints of an earlier process of a resumed run count too). Checkpoints written *because of*
+    an incident (reason ``incident``) hold a state already judged unhealthy and are never chosen."""
     from rlcockpit.trainer.checkpoint import STATE_FILE, checkpoint_dir
 
     run_dir = checkpoint_dir(trainer.cfg.checkpoint.dir, trainer.telemetry.run_id, 0).parent
     best: tuple[int, Path] | None = None
     for d in run_dir.glob("step_*"):
         try:
-            step = int(json.loads((d / "meta.json").read_text(encoding="utf-8"))["step"])
+            meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
+            step = int(meta["step"])
         except (OSError, ValueError, KeyError):
             continue  # a half-written or foreign directory is not a checkpoint
-        if (d / STATE_FILE).is_file() and step < first_step and (best is None or step > best[0]):
+        healthy = meta.get("reason") != "incident" and (d / STATE_FILE).is_file()
+        if healthy and step < first_step and (best is None or step > best[0]):
             best = (step, d)
     return best[1] if best else None
 
