@@ -557,3 +557,17 @@ def test_category_imbalance_from_samples_uses_prompt_level_noise():
     assert cond.evidence["z_kind"].startswith("welch") and cond.evidence["onset_step"] == 20
     metric_step = first(make("category_imbalance"), [(m, ()) for m, _ in steps])[0]
     assert metric_step is None or metric_step > step  # the metric means alone are slower
+
+
+def test_rm_staleness_length_in_characters_counts_too():
+    rng = np.random.default_rng(14)
+    steps = []
+    for i in range(20):
+        batch = []
+        for j in range(32):
+            text = "x" * int(rng.integers(5, 60))
+            reward = rng.normal() + (0.05 * len(text) if i >= 10 else 0.0)
+            batch.append(sample(i, j, reward, text, length=int(rng.integers(5, 20))))
+        steps.append(({"reward/mean": 0.0, "reward/std": 1.0}, batch))
+    step, cond = first(make("rm_staleness"), steps, key="length_correlation")
+    assert 10 <= step <= 13 and cond.evidence["length_unit"] == "characters"
