@@ -79,3 +79,12 @@ bench-telemetry: $(TRACKERS_VENV)/.installed
 
 bench-store: $(TRACKERS_VENV)/.installed
 	$(TRACKERS_VENV)/bin/python benchmarks/store_queries.py $(BENCH_ARGS)
+
+# Detection benchmark (benchmarks/README.md, docs/detection.md): every fault x 3 seeds + healthy runs,
+# our detectors live and offline, and the peers rlwatch / rlprobe / rldoctor on the same recorded
+# streams. The peers live ONLY in .benchvenv-peers. Run it niced on a shared machine.
+PEERS_VENV := .benchvenv-peers
+.PHONY: bench-detection
+
+bench-detection: $(STAMP) $(PEERS_VENV)/.installed
+	nice -n 10 $(PY) benchmarks/detection.py --peers-python $(PEERS_VENV)/bin/python $(BENCH_ARGS)
