@@ -11,6 +11,7 @@ docs/detection.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = fault_config(seed=args.seed, store=args.store, steps=steps, name=f"fault-{fault.name}-s{args.seed}",
                        config=args.config, overrides=args.overrides)
     result = run_fault(fault, cfg)
-    summary = {**result.__dict__, "findings": _findings(result)}
+    summary = {**dataclasses.asdict(result), "findings": _findings(result)}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
