@@ -361,3 +361,50 @@ def test_sample_totals_follow_new_writes(tmp_path):
         assert ok(c, "/api/runs/c/samples?limit=1")["total"] == 8
         assert ok(c, "/api/runs/c/samples?step_min=1&limit=1")["total"] == 5
     writer.close()
+
+
+def test_docs_cover_every_setting_and_read_route():
+    """docs/server.md documents every ServerSettings field and every read route (Datasette's
+    habit: an undocumented setting or view fails the build)."""
+    import dataclasses
+    from pathlib import Path
+
+    from rlcockpit.server.app import READ_ROUTERS
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "server.md").read_text()
+    for f in dataclasses.fields(ServerSettings):
+        assert f"| `{f.name}` |" in doc, f.name
+    for router in READ_ROUTERS:
+        for route in router.routes:
+            assert route.path in doc, route.path
+
+
+def test_serve_command_prints_its_url_and_serves(store_uri, tmp_path):
+    import os
+    import time
+
+    import httpx
+
+    proc = subprocess.Popen([sys.executable, "-m", "rlcockpit", "serve", "--store", store_uri,
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = proc.stdout.readline()
+        url = line.split("http://", 1)[1].split()[0]
+        assert url.startswith("127.0.0.1:") and not url.startswith("127.0.0.1:0/")
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                body = httpx.get(f"http://{url}api/runs", timeout=2).json()
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        assert [r["run_id"] for r in body["items"]] == [OTHER, RUN]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    refused = subprocess.run([sys.executable, "-m", "rlcockpit", "serve", "--store", store_uri,
+                              "--host", "0.0.0.0"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "0.0.0.0" in refused.stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import socket
 from typing import Any
 
 DEFAULT_STORE = "sqlite:///rlcockpit.db"
@@ -37,6 +39,8 @@ def _command(args: argparse.Namespace) -> int:
     from rlcockpit.store import open_store
 
     settings = settings_from_args(args)
+    if settings.port == 0:  # pick the free port here, so the printed URL is the real one
+        settings = dataclasses.replace(settings, port=free_port(settings.host))
     store = open_store(settings.store, create=False)
     access, control = control_for(settings, store)  # refuses a non-loopback bind without users
     app = create_app(settings, store, access=access, control=control)
@@ -48,3 +52,11 @@ def _command(args: argparse.Namespace) -> int:
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def free_port(host: str) -> int:
+    """A port the OS says is free on ``host`` right now."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
