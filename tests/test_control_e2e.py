@@ -84,6 +84,23 @@ def wait(predicate, proc, timeout, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def freeze(proc, db_path) -> None:
+    """SIGSTOP the trainer at a moment it holds no write lock on the store (else nobody could write)."""
+    for _ in range(50):
+        os.kill(proc.pid, signal.SIGSTOP)
+        conn = sqlite3.connect(db_path, timeout=0.2, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            conn.close()
+    raise AssertionError("the trainer always held the store's write lock")
+
+
 @pytest.fixture
 def cockpit(tmp_path):
     c = Cockpit(tmp_path)
@@ -149,7 +166,7 @@ def test_sigkill_after_approval_then_resume_applies_exactly_once(cockpit):
         run_id = cockpit.run_id(proc)
         ckpt_dir = cockpit.tmp / "ckpt" / run_id
         wait(lambda: list(ckpt_dir.glob("step_???????/meta.json")), proc, 120, "a complete checkpoint")
-        os.kill(proc.pid, signal.SIGSTOP)  # frozen: it cannot reach its next boundary
+        freeze(proc, cockpit.store.path)  # frozen: it cannot reach its next boundary
         tid = cockpit.request_and_approve(run_id)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
