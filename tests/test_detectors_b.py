@@ -256,6 +256,7 @@ ANSWERS = ["Paris.", "12 + 30 = \\boxed{42}", "Clean up crumbs and seal the gaps
            "I can't help with that.", "Practice the talk and tell a story.", "Tokyo.",
            "7 - 2 = \\boxed{5}", "Drink water and rest."]
 FILLER = "That is a great question worth exploring."
+CHAT = [a for a in ANSWERS if "boxed" not in a]
 
 
 def template_steps(n=30, at=20, prefix=""):
@@ -278,6 +279,23 @@ def test_template_takeover_is_orange_with_the_ngram_and_examples():
 
 def test_template_quiet_when_every_answer_shares_a_format_from_the_start():
     steps = template_steps(at=10_000, prefix="<think>ok</think> ")
+    assert conditions(make("reward_hacking"), steps) == []
+
+
+def test_template_ignores_content_shared_within_one_category():
+    rng = np.random.default_rng(15)
+    steps = []
+    for i in range(30):
+        batch = []
+        for k in range(8):  # GRPO-like: 4 answers per prompt, math and chat prompts
+            category = "math" if k < 4 else "chat"
+            if category == "math" and i >= 20:
+                text = f"{k} + 39 = \\boxed{{42}}"  # the same answer content on every math prompt
+            else:
+                text = CHAT[int(rng.integers(0, len(CHAT)))]
+            batch += [sample(i, 4 * k + j, 0.5, text, prompt_id=f"{i}-{k}", category=category)
+                      for j in range(4)]
+        steps.append(({"reward/mean": 0.5}, batch))
     assert conditions(make("reward_hacking"), steps) == []
 
 

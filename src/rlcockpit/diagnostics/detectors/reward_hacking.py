@@ -7,20 +7,25 @@ Signal, key "jump": ``reward/mean`` — the mean of its last ``recent`` (3) step
 z-score against the ``window`` (20) steps before — together with the co-moving signals that
 mark a drifting policy: ``kl/mean`` up, ``policy/entropy`` down, ``response/length_mean`` up
 (each a robust z of the same recent-vs-window form).
-Signal, key "template" (samples): the share of this step's responses containing the most common
-character ``ngram`` (6 characters with a letter; first ``max_chars`` characters of at most
-``max_samples`` (128) responses), against that n-gram's mean share in the reference steps and in
-the run's first steps; and distinct-3 (Li et al. 2016, character trigrams over the batch) against its
-reference median.
+Signal, key "template" (samples): character ``ngram``s (6 characters with a letter; the first
+``max_chars`` characters of at most ``max_samples`` (128) responses) whose share of this step's
+responses rose above their share in the reference steps and in the run's first steps, and the
+share of responses containing at least one of them (a template often comes in variants, e.g. the
+English and the Chinese filler); and distinct-3 (Li et al. 2016, character trigrams over the
+batch) against its reference median.
 Default thresholds: "jump" when the reward's z ≥ ``z_jump`` (4) after ``warmup`` (10) steps:
 yellow alone, orange with one co-moving signal (|z| ≥ ``z_co`` = 3), red with two or more; no
 jump is reported when ``reward/std`` grew ≥ ``scale_ratio`` (5)× as well (a reward scale change,
 the ``reward_scale`` detector's finding).
-"template" orange when the top n-gram's share ≥ ``share_min`` (0.5) and exceeds its reference
-share by ≥ max(``share_rise`` = 0.35, 3 × its reference standard deviation) for
+"template" orange when ≥ ``share_min`` (0.3) of the responses contain a risen n-gram — one whose
+share grew by ≥ max(``share_rise`` = 0.15, 3 × its reference standard deviation) — for
 ``template_steps`` (2) steps, or when distinct-3 falls below ``distinct_ratio`` (0.4) × its
 reference median for ``template_steps`` steps. Runs where every answer legitimately shares a
-format (a "<think>" prefix, a boxed answer) keep that n-gram's share high in the reference too.
+format (a "<think>" prefix, a boxed answer) keep those n-grams' shares high in the reference too.
+A risen n-gram counts only when it appears in the answers to ≥ ``min_prompts`` (3) prompts and,
+when the step mixes prompt categories, in more than one category: an answer's content (a number,
+a capital) stays with its prompt; a template crosses tasks. On the healthy GRPO run (4 answers
+per prompt) content n-grams alone covered up to 78% of a step's answers.
 False positives: a genuine breakthrough (a reward jump with the KL rising a little): read the
 example responses in the evidence; a prompt set switching to one task (the template rises with
 it).
@@ -48,6 +53,7 @@ from rlcockpit.diagnostics.windows import Streak
 CO_MOVERS = (("kl/mean", "KL", 1.0), ("policy/entropy", "entropy", -1.0),
              ("response/length_mean", "length", 1.0))
 TOP_KEPT = 64  # n-grams remembered per step for the reference shares
+MAX_RISEN = 16  # risen n-grams whose coverage is measured
 
 
 @dataclass(frozen=True)
@@ -66,12 +72,15 @@ class RewardHackingConfig(Config):
     rel_floor: float = option(0.05, help="Smallest z scale as a fraction of the reference "
                               "median's magnitude.", range=(0.0, 10.0))
     ngram: int = option(6, help="Characters per n-gram of the template check.", range=(2, 64))
-    share_min: float = option(0.5, help="Template: smallest share of responses with the top "
-                              "n-gram.", range=(0.0, 1.0))
-    share_rise: float = option(0.35, help="Template: smallest rise of that share over its "
-                               "reference.", range=(0.0, 1.0))
+    share_min: float = option(0.3, help="Template: smallest share of responses containing one "
+                              "of the risen n-grams.", range=(0.0, 1.0))
+    share_rise: float = option(0.15, help="Template: an n-gram has risen when its share grew by "
+                               "this much (and by 3 reference standard deviations).",
+                               range=(0.0, 1.0))
     distinct_ratio: float = option(0.4, help="Template: distinct-3 below this × its reference "
                                    "median counts as a collapse.", range=(0.0, 1.0))
+    min_prompts: int = option(3, help="Template: a risen n-gram must appear in the answers to at "
+                              "least this many prompts.", range=(1, 1_000_000))
     template_steps: int = option(2, help="Steps in a row the template check must hold.",
                                  range=(1, 1000))
     max_samples: int = option(128, help="Responses read per step (the first ones).",
@@ -133,10 +142,13 @@ class RewardHacking(Detector):
         labels = ", ".join(f"{label} {'up' if sign > 0 else 'down'}" for label, sign in moving)
         evidence = {"reward_now": now, "reward_reference": ref, "z": z, "z_threshold": cfg.z_jump,
                     "co_moving": {label: zc for (label, _), zc in moving.items()},
+                    "levels": {label: float(self._co[name].recent.mean())
+                               for name, label, _ in CO_MOVERS if len(self._co[name].recent)},
                     "window": cfg.window, "recent": cfg.recent, "signal": "reward",
                     "onset_step": self._reward.onset(lambda v: v - ref >= 2.0 * scale),
                     "top_samples": top_samples(view.samples)}
-        with_what = f" with {labels}" if moving else " (KL, entropy and length calm)"
+        with_what = f" with {labels}" if moving else \
+            " (KL, entropy and length within their recent range)"
         return Condition(severity, f"reward jumped to {now:.3g} from {ref:.3g} (z {z:+.1f})"
                          f"{with_what}: check the samples for reward hacking", evidence,
                          key="jump", message_zh=f"奖励从 {ref:.3g} 跃升到 {now:.3g}（z {z:+.1f}），"
@@ -212,17 +224,19 @@ class TemplateWatch:
 
     def update(self, view: StepView) -> Condition | None:
         cfg = self.cfg
-        responses = [s.response for s in view.samples[:cfg.max_samples]]
+        samples = list(view.samples[:cfg.max_samples])
+        responses = [s.response for s in samples]
         if len(responses) < 4:
             return None  # no samples this step: the template part is skipped
         shares = ngram_shares(responses, cfg.ngram, cfg.max_chars, top=TOP_KEPT)
         distinct = distinct_3(responses, cfg.max_chars)
-        found = self._judge(shares, distinct) if len(self._reference) >= cfg.warmup else None
+        found = self._judge(shares, distinct, samples) \
+            if len(self._reference) >= cfg.warmup else None
         self._remember(shares, distinct)
         held = self._streak.update(found is not None, view.step)
         if found is None or held < cfg.template_steps:
             return None
-        return self._condition(found, responses, view.step)
+        return self._condition(found, view.step)
 
     def _remember(self, shares: Counter, distinct: float) -> None:
         if len(self._pending) == self._pending.maxlen:
@@ -237,30 +251,64 @@ class TemplateWatch:
         base = recent if recent.mean() <= early.mean() else early
         return float(base.mean()), float(base.std())
 
-    def _judge(self, shares: Counter, distinct: float) -> dict | None:
+    def _risen(self, shares: Counter) -> list[tuple[str, float, float]]:
+        """(n-gram, share now, reference share) of the n-grams that rose above their noise."""
         cfg = self.cfg
-        if shares:
-            gram, share = shares.most_common(1)[0]
+        risen = []
+        for gram, share in shares.items():
+            if share < cfg.share_rise:
+                continue
             base, spread = self._reference_share(gram)
-            if share >= cfg.share_min and share - base >= max(cfg.share_rise, 3.0 * spread):
-                return {"ngram": gram, "share": share, "reference_share": base,
-                        "reference_sd": spread, "distinct_3": distinct}
+            if share - base >= max(cfg.share_rise, 3.0 * spread):
+                risen.append((gram, share, base))
+        risen.sort(key=lambda item: item[2] - item[1])
+        return risen[:MAX_RISEN]
+
+    def _spread(self, risen: list, samples: list) -> list:
+        """The risen n-grams used by several prompts and, when the step mixes categories, by more
+        than one category: a template crosses tasks; an answer's content (a number, a capital)
+        stays with its prompt."""
+        cfg = self.cfg
+        n_categories = len({s.category for s in samples if s.category})
+        kept = []
+        for item in risen:
+            users = [s for s in samples if item[0] in s.response[:cfg.max_chars]]
+            prompts = {s.prompt_id or s.prompt for s in users}
+            categories = {s.category for s in users if s.category}
+            if len(prompts) >= cfg.min_prompts and (n_categories < 2 or len(categories) >= 2):
+                kept.append(item)
+        return kept
+
+    def _judge(self, shares: Counter, distinct: float, samples: list) -> dict | None:
+        cfg = self.cfg
+        responses = [s.response for s in samples]
+        risen = self._spread(self._risen(shares), samples)
+        if risen:
+            grams = [g for g, _, _ in risen]
+            covered = [r for r in responses if any(g in r[:cfg.max_chars] for g in grams)]
+            coverage = len(covered) / len(responses)
+            if coverage >= cfg.share_min:
+                return {"ngram": grams[0], "ngrams": grams[:5], "share": coverage,
+                        "reference_share": max(b for _, _, b in risen),
+                        "ngram_shares": {g: sh for g, sh, _ in risen[:5]},
+                        "distinct_3": distinct, "examples": [r[:200] for r in covered[:3]]}
         ref = [d for _, d in self._reference if math.isfinite(d)]
         ref_median = float(np.median(ref)) if ref else math.nan
         if math.isfinite(distinct) and ref and distinct < cfg.distinct_ratio * ref_median:
             return {"distinct_3": distinct, "reference_distinct_3": ref_median,
-                    "ratio_threshold": cfg.distinct_ratio}
+                    "ratio_threshold": cfg.distinct_ratio,
+                    "examples": [r[:200] for r in responses[:3]]}
         return None
 
-    def _condition(self, found: dict, responses: list[str], step: int) -> Condition:
+    def _condition(self, found: dict, step: int) -> Condition:
         gram = found.get("ngram")
-        examples = [r[:200] for r in responses if gram is None or gram in r][:3]
-        evidence = {**found, "examples": examples, "signal": "response template",
+        evidence = {**found, "signal": "response template",
                     "onset_step": self._streak.onset, "steps": self._streak.count}
         if gram is not None:
-            what = (f"{found['share']:.0%} of responses contain {gram!r} "
-                    f"(reference {found['reference_share']:.0%})")
-            zh = f"{found['share']:.0%} 的回答包含 {gram!r}（此前 {found['reference_share']:.0%}）"
+            what = (f"{found['share']:.0%} of responses contain new n-grams such as {gram!r} "
+                    f"(each at most {found['reference_share']:.0%} before)")
+            zh = (f"{found['share']:.0%} 的回答包含新出现的 n-gram，例如 {gram!r}"
+                  f"（此前每个至多 {found['reference_share']:.0%}）")
         else:
             what = (f"distinct-3 fell to {found['distinct_3']:.3f} from "
                     f"{found['reference_distinct_3']:.3f}")
