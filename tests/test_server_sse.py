@@ -133,6 +133,17 @@ def test_cursor_query_parameter_resumes_and_run_status_change(live):
     assert statuses == ["finished"]
 
 
+def test_last_event_id_wins_over_a_stale_cursor_parameter(live):
+    run, base = live
+    write_steps(run, range(1, 6), pause=0)
+    run.flush()
+    stale = encode(Cursor(step=1, finding=0, phase=10**9, event=0))
+    newer = encode(Cursor(step=4, finding=0, phase=10**9, event=0))
+    with httpx.Client(timeout=20) as client:
+        got, _ = read_until(client, base, {"Last-Event-ID": newer}, 5, params={"cursor": stale})
+    assert [m["data"]["step"] for m in got if m.get("event") == "step"] == [5]
+
+
 def test_disconnect_ends_the_stream_thread(live):
     run, base = live
     before = len(stream_threads())

@@ -68,9 +68,11 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> Sa
     errors = [{"parameter": str(e.get("loc", ["?"])[-1]), "location": str(e.get("loc", [""])[0]),
                "message": e.get("msg", ""), "value": _shown(e.get("input"))}
               for e in exc.errors()]
-    first = errors[0] if errors else {"parameter": "?", "message": "invalid", "value": None}
-    message = (f"query parameter {first['parameter']}={first['value']!r} is invalid: "
-               f"{first['message']}")
+    first = errors[0] if errors else {"parameter": "?", "location": "query",
+                                      "message": "invalid", "value": None}
+    where = {"body": "body field", "path": "path parameter", "header": "header"}.get(
+        first["location"], "query parameter")
+    message = f"{where} {first['parameter']}={first['value']!r} is invalid: {first['message']}"
     return _respond(422, "invalid_parameter", message,
                     {"parameter": first["parameter"], "errors": errors})
 

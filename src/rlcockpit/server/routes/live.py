@@ -39,7 +39,8 @@ async def stream(request: Request, run: str,
                                        ] = None,
                  last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
     state = request.app.state
-    resume = cursor or last_event_id
+    # Last-Event-ID first: a browser reconnecting to a ?cursor= URL sends the newer id there
+    resume = last_event_id or cursor
     parsed = decode(resume) if resume else None
     await run_in_threadpool(state.reader.get_run, run)  # 404 before the stream starts
     body = _events(request, state.store, state.settings, run, parsed, after_step)
