@@ -84,5 +84,7 @@ def test_keyboard_shortcuts_switch_pages_and_focus_the_filter(fixture_store, ser
     page.locator("body").click(position={"x": 5, "y": 300})
     page.keyboard.press("l")
     page.wait_for_function("() => location.hash === '#/library'")
+    page.locator("#library-q").wait_for()
+    page.evaluate("document.activeElement.blur()")  # the search box takes the focus on arrival
     page.keyboard.press("a")
     page.wait_for_function(f"() => location.hash === '#/run/{run_id}/alerts'")
