@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 
 from rlcockpit import __version__
 from rlcockpit.server import handlers
+from rlcockpit.server.responses import json_response
 from rlcockpit.server.routes import diagnostics, library, live, runs, samples
 from rlcockpit.server.settings import ServerSettings
 
@@ -42,9 +43,10 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
         yield
         reader.close()
 
-    app = FastAPI(title="rlcockpit", version=__version__, lifespan=lifespan,
-                  summary="Live telemetry, diagnostics and audited control of RL post-training "
-                          "runs (PPO, GRPO).")
+    # no /docs or /redoc: their pages load scripts from a CDN, and the cockpit works offline
+    app = FastAPI(title="rlcockpit", version=__version__, lifespan=lifespan, docs_url=None,
+                  redoc_url=None, summary="Live telemetry, diagnostics and audited control of RL "
+                                          "post-training runs (PPO, GRPO).")
     app.state.settings = settings
     app.state.store = store
     app.state.reader = reader
@@ -68,8 +70,6 @@ def mount_ui(app: FastAPI, static_dir: Path) -> None:
     @app.get("/", include_in_schema=False)
     def ui_index() -> Any:
         if not index.is_file():
-            from rlcockpit.server.responses import json_response
-
             return json_response({"status": "ok", "message": "the web UI is not installed "
                                   f"({index} is missing); the API is under /api, see "
                                   "/openapi.json"})
