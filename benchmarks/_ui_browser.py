@@ -121,3 +121,15 @@ def _summary(latencies: list[float]) -> dict[str, Any]:
     return {"trials": len(latencies), "median_s": round(statistics.median(latencies), 3),
             "p90_s": round(p90, 3), "max_s": round(max(latencies), 3), "min_s": round(min(latencies), 3),
             "target_s": TARGET_S, "meets_target": max(latencies) <= TARGET_S}
+
+
+def live_step_to_chart(trials: int) -> dict[str, Any]:
+    """Part 2 for benchmarks/ui.py: print one line and return the JSON headline entry."""
+    reason = "skipped (--live-trials 0)" if trials <= 0 else unavailable()
+    if reason:
+        print(f"live step -> dashboard chart: {reason}")
+        return {"status": reason}
+    out = {"status": "ok", **time_step_to_chart(trials)}
+    print(f"live step -> dashboard chart (Chromium, {out['trials']} steps): median {out['median_s']:.2f} s, "
+          f"p90 {out['p90_s']:.2f} s, max {out['max_s']:.2f} s (target <= {TARGET_S:.0f} s)")
+    return out

@@ -13,7 +13,8 @@ the two histograms over time (max_points=200), the latest-samples page, findings
 ``parallel_ms`` is the same calls sent 6 at a time, as a browser does; ``first_round_ms`` is the
 warm-up round (cold caches, the run's sample count not yet known). Target: total <= 300 ms.
 
-Part 2 (the UI helper's): a new step reaches the browser within 2 s, measured in Chromium.
+Part 2 (the UI helper's, ``_ui_browser.py``): from ``run.log(step)`` on a live run to that step
+drawn on the dashboard's reward chart in Chromium; target <= 2 s (``--live-trials``, 0 skips).
 
 Run: ``python benchmarks/ui.py [--quick] [--rebuild]``; the last stdout line is JSON.
 """
@@ -35,6 +36,7 @@ from typing import Any
 
 import numpy as np
 from _common import CATEGORIES, fmt, machine_info, print_json_last_line
+from _ui_browser import live_step_to_chart
 from store_queries import TextPool, cached, store_salt
 
 TARGET_MS = 300.0
@@ -264,9 +266,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="2000 steps, 2 rounds")
     p.add_argument("--cache-dir", default=str(CACHE))
     p.add_argument("--rebuild", action="store_true")
+    p.add_argument("--live-trials", type=int, default=15,
+                   help="part 2: steps timed from run.log to the dashboard chart (0 skips)")
     args = p.parse_args(argv)
     if args.quick:
-        args.steps, args.runs = 2000, 2
+        args.steps, args.runs, args.live_trials = 2000, 2, min(args.live_trials, 3)
     return args
 
 
@@ -285,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
           f"6 in parallel: {fmt(result['parallel_ms'], 1)} ms; first (cold) round: "
           f"{fmt(result['first_round_ms'], 1)} ms; server CPU per round: "
           f"{fmt(result['server_cpu_ms'], 1)} ms")
+    live = live_step_to_chart(args.live_trials)  # part 2 (_ui_browser.py)
     print_json_last_line({
         "benchmark": "ui_api", "steps": args.steps, "metrics": len(metric_names()),
         "samples": args.steps * args.samples_per_step, "total_ms": round(result["total_ms"], 1),
@@ -294,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         else round(result["server_cpu_ms"], 1), "target_ms": TARGET_MS,
         "meets_target": result["total_ms"] <= TARGET_MS,
         "calls_ms": {k: round(c["median_ms"], 1) for k, c in result["calls"].items()},
-        **info, **machine_info()})
+        "live_step_to_chart": live, **info, **machine_info()})
     return 0
 
 
