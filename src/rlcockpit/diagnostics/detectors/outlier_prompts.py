@@ -77,6 +77,7 @@ class OutlierPrompts(Detector):
     def __init__(self, config: OutlierPromptsConfig | None = None) -> None:
         super().__init__(config)
         self._prompts: dict[str, _Prompt] = {}
+        self._candidates: set[str] = set()  # prompts with an extreme step: the only ones to check
 
     def update(self, view: StepView) -> list[Condition] | object:
         scored = [s for s in view.samples if np.isfinite(s.reward)]
@@ -106,14 +107,17 @@ class OutlierPrompts(Detector):
                 entry.low += z < 0
                 entry.first_extreme = entry.first_extreme if entry.first_extreme is not None \
                     else step
+                self._candidates.add(pid)
         if len(self._prompts) > cfg.max_prompts:
             for pid in list(self._prompts)[: len(self._prompts) // 2]:
                 del self._prompts[pid]  # dicts keep insertion order: the oldest go first
+                self._candidates.discard(pid)
 
     def _outliers(self, side: str) -> list[tuple[str, _Prompt]]:
         cfg = self.config
         found = []
-        for pid, p in self._prompts.items():
+        for pid in self._candidates:
+            p = self._prompts[pid]
             count = p.high if side == "high" else p.low
             if p.seen >= cfg.min_appearances and count >= cfg.consistency * p.seen:
                 found.append((pid, p))
