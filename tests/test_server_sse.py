@@ -144,6 +144,24 @@ def test_last_event_id_wins_over_a_stale_cursor_parameter(live):
     assert [m["data"]["step"] for m in got if m.get("event") == "step"] == [5]
 
 
+def test_a_fresh_stream_starts_after_the_last_complete_step(live):
+    """The run's last_step already counts a phase of the step in progress; a stream opened
+    now must still deliver that step when its metrics arrive."""
+    run, base = live
+    write_steps(run, range(1, 4), pause=0)
+    run.phase(4, "ROLLOUT", "started")
+    run.flush()
+    with httpx.Client(timeout=20) as client, client.stream(
+            "GET", f"{base}/api/runs/{RUN}/stream") as r:
+        messages = sse_messages(r)
+        first = next(m for m in messages if m.get("event") == "run")
+        assert first["data"]["last_step"] == 4 and decode(first["id"]).step == 3
+        run.log(4, {"reward/mean": 0.4})
+        run.commit(4)
+        step = next(m for m in messages if m.get("event") == "step")
+    assert step["data"]["step"] == 4
+
+
 def test_disconnect_ends_the_stream_thread(live):
     run, base = live
     before = len(stream_threads())
@@ -186,7 +204,9 @@ def test_reader_live_tail_methods(tmp_path):
     assert reader.step_metrics("t", 3, 4) == {3: {"a": 3.0, "b": -3.0}, 4: {"a": 4.0, "b": -4.0}}
     phases = reader.rows_after("t", "phases", 2)
     assert [(i, p.step) for i, p in phases] == [(3, 2), (4, 3), (5, 4)]
-    assert reader.tail_start_ids("t") == {"findings": 0, "phases": 5, "events": 1}
-    assert reader.tail_start_ids("t", after_step=2) == {"findings": 0, "phases": 3, "events": 1}
-    assert reader.tail_start_ids("t", after_step=0) == {"findings": 0, "phases": 1, "events": 0}
+    assert reader.tail_start_ids("t") == {"step": 4, "findings": 0, "phases": 5, "events": 1}
+    assert reader.tail_start_ids("t", after_step=2) == {"step": 2, "findings": 0, "phases": 3,
+                                                        "events": 1}
+    assert reader.tail_start_ids("t", after_step=0) == {"step": 0, "findings": 0, "phases": 1,
+                                                        "events": 0}
     reader.close()

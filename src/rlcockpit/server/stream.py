@@ -55,8 +55,7 @@ class Tail:
         if cursor is not None:
             return cls(reader, run_id, cursor)
         ids = reader.tail_start_ids(run_id, after_step)
-        step = after_step if after_step is not None else reader.get_run(run_id).last_step
-        return cls(reader, run_id, Cursor(step=step, finding=ids["findings"],
+        return cls(reader, run_id, Cursor(step=ids["step"], finding=ids["findings"],
                                           phase=ids["phases"], event=ids["events"]))
 
     def poll(self) -> Poll:

@@ -204,9 +204,11 @@ class StoreReader(Protocol):
         """(row id, record) of ``kind`` ("findings", "phases", "events") written after row
         ``after_id``, in write order."""
 
-    def tail_start_ids(self, run_id: str, after_step: int | None = None) -> dict[str, int]:
-        """Per live-tail kind, the row id a tail starts after: just before the first row of a
-        step above ``after_step``, or (None) the highest id."""
+    def tail_start_ids(self, run_id: str, after_step: int | None = None
+                       ) -> dict[str, int | None]:
+        """Where a live tail starts: per kind, the row id just before the first row of a step
+        above ``after_step`` (None: the highest id); ``"step"``: ``after_step`` or the last
+        complete step."""
 
     def close(self) -> None: ...
 

@@ -294,12 +294,16 @@ class SqliteReader:
                   "events": rows.event_from_row}[kind]
         return [(r[0], decode(r[1:])) for r in found]
 
-    def tail_start_ids(self, run_id: str, after_step: int | None = None) -> dict[str, int]:
-        """Per live-tail kind, the row id a tail starts after: with ``after_step``, the id just
-        before the first row of a later step (so every row about steps above ``after_step`` is
-        delivered); without, the highest id (only rows written from now on). 0 when none."""
+    def tail_start_ids(self, run_id: str, after_step: int | None = None
+                       ) -> dict[str, int | None]:
+        """Where a live tail starts. Per kind (findings, phases, events), the row id it starts
+        after: with ``after_step``, the id just before the first row of a later step (so every
+        row about steps above ``after_step`` is delivered); without, the highest id (only rows
+        written from now on); 0 when none. ``"step"``: ``after_step``, or else the last complete
+        step (the ``steps`` table, not ``runs.last_step``, which phases and events also move)."""
         key = self._run_key(run_id)
-        out = {}
+        out: dict[str, int | None] = {"step": after_step if after_step is not None else self._q(
+            "SELECT MAX(step) FROM steps WHERE run_key = ?", (key,))[0][0]}
         for kind, (id_col, _) in _TAIL_TABLES.items():
             last = self._q(f"SELECT COALESCE(MAX({id_col}), 0) FROM {kind} WHERE run_key = ?",
                            (key,))[0][0]
