@@ -104,7 +104,7 @@ class RewardShape(Detector):
             self._pending.append(rewards)
         skew = skewness(rewards) if rewards.size >= 8 else 0.0
         out = [self._collapse(), self._bimodal(skew), self._long_tail(rewards, view.step),
-               self._left_shift(view.samples)]
+               self._left_shift()]
         self._roll_pool()
         return [c for c in out if c is not None]
 
@@ -165,7 +165,7 @@ class RewardShape(Detector):
                          key="long_tail", message_zh=f"奖励出现长右尾：最大值 {rewards.max():.3g}，"
                          f"p90 {p90:.3g}")
 
-    def _left_shift(self, samples: object) -> Condition | None:
+    def _left_shift(self) -> Condition | None:
         cfg = self.config
         if not self._mean.ready(cfg.warmup):
             return None
