@@ -6,8 +6,14 @@ stall or fall, or a style the reward model likes spreading into answers that nee
 total reward still rises, so the mean curve hides it.
 Signal: each ``reward/category/<category>/mean`` — the mean of its last ``recent`` (4) steps as a
 robust z against its previous ``window`` (20) steps, and a Mann–Kendall trend over the last
-``trend_window`` (30) steps — compared with the other categories' z-scores.
-Default thresholds: a category is falling when z ≤ −``z_drop`` (4.5), or when its trend Z ≤
+``trend_window`` (30) steps — compared with the other categories' z-scores. When the step's
+samples carry categories and every category has ≥ ``min_pool`` (8) prompts in the last
+``sample_recent`` (2) steps, the level test uses the samples instead: each prompt's mean reward
+(a GRPO group counts once), the recent prompts pooled against the reference prompts, Welch's z
+(standard deviations never below 2 × the z floor below) — the noise then comes from the data,
+not from a fixed floor, and a fall shows two steps earlier.
+Default thresholds: a category is falling when z ≤ −``z_drop`` (4.5; −``z_samples`` = −4 for the
+samples' Welch z), or when its trend Z ≤
 −``z_trend`` (3.5) and it lost at least 3 z-scales between the medians of the first and last 5
 trend values; it fires when the other categories hold or rise (median z of the others ≥
 ``others_min`` = 0): yellow, orange when the others clearly rise (median z ≥ ``others_rise`` = 2)
@@ -15,8 +21,9 @@ or the fall is deep (z ≤ −2 × ``z_drop``). One condition per category (key 
 scale is never below ``floor_frac`` (0.25) × the median ``reward/std``: with few prompts per
 category per step the category means are noisy. Judged after ``warmup`` (10) reference steps;
 the reference freezes while the condition holds (``rebase_after`` = 30 steps). Calibration: on
-the healthy tiny-world runs the lowest z was −4.0 (GRPO: about 2 prompts per category per step)
-and the lowest trend Z −3.3.
+the healthy tiny-world runs the lowest z was −4.0 (GRPO: about 2 prompts per category per step),
+the lowest Welch z −2.7 (PPO, 8 prompts per category per step) and the lowest trend Z −3.3; the
+``category_reward_drop`` fault (math −0.25 per step) is seen 3 steps after its onset.
 False positives: a category with very few prompts per step (its mean jumps with the draw); a
 deliberate re-weighting of the reward components.
 Fix: look at the falling category's samples (refusals? style over facts?), re-balance the reward
