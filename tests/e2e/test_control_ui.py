@@ -118,6 +118,7 @@ def test_two_people_request_and_approve_in_the_ui(browser, cockpit):
         olga.locator("#liveparams-panel [data-param=kl_coef]:has-text('kl_coef = 0.2')").wait_for()
         olga.locator("#liveparams-panel summary").click()
         assert "kl_coef: 0.05 → 0.2" in olga.locator("#liveparams-panel .ctl-live-history").inner_text()
+        _screenshot(olga, "dashboard")
 
         olga.goto(f"{server.url}/#/audit")
         olga.locator("#ctl-audit tr[data-seq]").first.wait_for()
