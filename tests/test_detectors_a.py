@@ -413,3 +413,19 @@ def test_critic_lr_spike_run_names_the_update_ratio_then_value_loss_and_grad_nor
                    ("gradients", "explosion/critic", "red")}
     (incident, *_) = [i for i in group(raised) if i.first_step == 10]
     assert incident.summary == "update ratio moved 1 step before value loss and grad norm"
+
+
+def test_too_many_epochs_run_is_orange_one_step_after_the_onset_then_kl_climbs():
+    raised = _observe("fault_too_many_ppo_epochs_s0")
+    assert (raised[0].detector, raised[0].step, raised[0].severity) == ("ppo_epoch_kl", 11, "orange")
+    assert raised[0].evidence["epochs"] == 16
+    later = {(f.detector, f.severity) for f in raised}
+    assert {("kl_trend", "orange"), ("kl_tiers", "red")} <= later  # the drift that follows
+    assert not any(f.detector in ("update_ratio", "gradients") for f in raised)  # not the lr
+
+
+def test_huge_kl_coef_run_is_a_stall():
+    raised = _observe("fault_kl_coef_huge_s0")
+    stall = [f for f in raised if f.detector == "stall"]
+    assert [(f.step, f.severity) for f in stall] == [(50, "yellow")]
+    assert stall[0].evidence["kl_median"] < 0.1

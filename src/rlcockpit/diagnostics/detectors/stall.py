@@ -6,12 +6,15 @@ rate too low, a critic that predicts the same value everywhere. Or the trainer h
 step at all.
 Signal: over the last ``window`` steps, ``reward/mean`` shows no trend (Mann–Kendall p > 0.05)
 and its level moved less than ``reward_sigmas`` noise standard deviations (median of the last
-``k`` vs the first ``k``), *and* ``kl/mean`` is flat (relative range < ``kl_range``, or it stayed
-below ``kl_floor`` — "KL stuck near 0", 001 Q25). Heartbeat: ``tick()`` with no new step for
+``k`` vs the first ``k``), *and* ``kl/mean`` is flat: relative range < ``kl_range``, or it
+stayed below ``kl_floor``, or it is pinned near 0 — median below ``kl_low`` × target without a
+rising trend ("KL stuck near 0", 001 Q25; the k1 estimate of a pinned KL is noisy around 0, so its
+range is not small). A healthy run's KL rises from 0 with a clear trend. Heartbeat: ``tick()`` with no new step for
 ``heartbeat_s`` seconds.
 Default thresholds: window 50 steps, k 10, reward moved < 1 σ (the difference of two medians of
-10 noisy values alone has a spread of ~0.56 σ), KL relative range < 0.2 or KL
-< 1e-3 nats per sequence → yellow (key "flat"). Once flagged, the reward must move clearly to clear
+10 noisy values alone has a spread of ~0.56 σ), KL relative range < 0.2, or KL < 1e-3 nats per
+sequence, or KL median < 0.1 × target with Mann–Kendall p > 0.05 → yellow (key "flat"). Measured
+on the kl_coef_huge fault run (β = 10 from step 10): KL median ≈ 0.05, no trend. Once flagged, the reward must move clearly to clear
 it (hysteresis: 2 σ, p < 0.005), so a stall does not flicker on and off with the noise. No step
 for 600 s → red (key "heartbeat").
 False positives: a run that has converged (reward at its ceiling: the KL still moves then);
@@ -46,6 +49,10 @@ class StallConfig(Config):
                              range=(0.0, 1e6))
     kl_floor: float = option(1e-3, help="... or when it stayed below this (nats per sequence).",
                              range=(0.0, 1e6))
+    kl_low: float = option(0.1, help="... or when its median stays below this × target with no "
+                           "rising trend (pinned to the reference).", range=(0.0, 1e6))
+    target: float = option(1.0, help="KL target (nats per sequence) when kl/target is not logged.",
+                           range=(1e-9, 1e6))
     heartbeat_s: float = option(600.0, help="Red when no step arrived for this many seconds "
                                 "(0 = off).", range=(0.0, 1e9))
 
@@ -82,8 +89,7 @@ class Stall(Detector):
         moved = abs(float(np.median(reward[-cfg.k:]) - np.median(reward[:cfg.k])))
         sigma = max(float(reward.std()), 1e-12)
         p = mann_kendall(reward).p
-        kl_rr = relative_range(kl, eps=1e-12)
-        kl_flat = kl_rr < cfg.kl_range or float(np.max(np.abs(kl))) < cfg.kl_floor
+        kl_flat, kl_evidence = self._kl_flat(kl, view.finite("kl/target") or cfg.target)
         # hysteresis: entering needs < reward_sigmas; leaving needs a clear move (2× / p/10)
         widen = 2.0 if self._flat else 1.0
         p_min = cfg.p_min / 10 if self._flat else cfg.p_min
@@ -91,13 +97,21 @@ class Stall(Detector):
         if not self._flat:
             return None
         evidence = {"reward_moved": moved, "reward_std": sigma, "reward_trend_p": p,
-                    "kl_relative_range": kl_rr, "kl_max": float(np.max(kl)),
-                    "window": cfg.window, "signal": "reward/KL",
+                    **kl_evidence, "window": cfg.window, "signal": "reward/KL",
                     "onset_step": int(self._reward.steps[0])}
         return Condition("yellow", f"reward and KL flat for {cfg.window} steps (reward moved "
-                         f"{moved:.3g} = {moved / sigma:.2f}σ, KL range {kl_rr:.0%}): training "
-                         "may be stalled", evidence, key="flat",
+                         f"{moved:.3g} = {moved / sigma:.2f}σ; KL median {kl_evidence['kl_median']:.3g}, "
+                         f"no rise): training may be stalled", evidence, key="flat",
                          message_zh=f"奖励与 KL 在 {cfg.window} 步内几乎不变：训练可能僵死")
+
+    def _kl_flat(self, kl: np.ndarray, target: float) -> tuple[bool, dict]:
+        cfg = self.config
+        spread = relative_range(kl, eps=1e-12)
+        median, trend = float(np.median(kl)), mann_kendall(kl)
+        pinned = median < cfg.kl_low * target and not (trend.z > 0 and trend.p <= cfg.p_min)
+        flat = spread < cfg.kl_range or float(np.max(np.abs(kl))) < cfg.kl_floor or pinned
+        return flat, {"kl_relative_range": spread, "kl_max": float(np.max(kl)),
+                      "kl_median": median, "kl_trend_p": trend.p, "target": target}
 
     def tick(self, wall_time: float, last_step_wall: float | None) -> Condition | None:
         limit = self.config.heartbeat_s
