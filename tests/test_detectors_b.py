@@ -128,6 +128,20 @@ def test_lagged_reference_freezes_and_finds_the_onset():
     assert not lag.push(math.nan, 21)
 
 
+def test_pooled_level_is_welchs_z_of_the_pooled_steps():
+    from rlcockpit.diagnostics.detectors._reward_stats import PooledLevel
+
+    rng = np.random.default_rng(16)
+    steps = [rng.normal(0.0 if i < 12 else -1.0, 1.0, 10) for i in range(14)]
+    pool = PooledLevel(window=20, recent=2)
+    for i, values in enumerate(steps):
+        pool.push(values, i)
+    a, b = np.concatenate(steps[12:]), np.concatenate(steps[:12])
+    naive = (a.mean() - b.mean()) / math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
+    assert pool.ready(12) and pool.z() == pytest.approx(naive)
+    assert pool.onset(lambda m: m < -0.5) == 12
+
+
 def test_ngram_shares_count_each_response_once():
     shares = ngram_shares(["great question!! great question", "a great question", "no"], 6, 400)
     assert shares["great "] == pytest.approx(2 / 3)
