@@ -48,6 +48,7 @@ def test_demo_serves_the_cockpit_while_it_trains(tmp_path):
     assert max((r["last_step"] or 0) for r in seen) >= 1  # steps arrived while it trained
     reader = open_store(uri, create=False).reader()
     (run,) = reader.list_runs()
+    assert f"http://127.0.0.1:{port}/#/run/{run.run_id}/alerts" in out
     assert run.status == "finished" and run.last_step == 6
     events = [(e.step, e.kind) for e in reader.read_events(run.run_id)]
     assert (3, "fault") in events

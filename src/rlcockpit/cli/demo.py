@@ -61,6 +61,9 @@ def _command(args: argparse.Namespace) -> int:
     try:
         result = run_demo(steps=args.steps, store=args.store, seed=args.seed, incident=incident,
                           onset=onset, dotted=args.overrides)
+        if server is not None:
+            view = "alerts" if incident else "dashboard"
+            print(f"This run in the cockpit: {server.url}#/run/{result.run_id}/{view}", flush=True)
         if server is not None and not args.exit_when_done:
             print(f"Training is over; the cockpit stays at {server.url} — Ctrl-C quits.", flush=True)
             server.wait()
