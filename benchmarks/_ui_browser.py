@@ -133,3 +133,10 @@ def live_step_to_chart(trials: int) -> dict[str, Any]:
     print(f"live step -> dashboard chart (Chromium, {out['trials']} steps): median {out['median_s']:.2f} s, "
           f"p90 {out['p90_s']:.2f} s, max {out['max_s']:.2f} s (target <= {TARGET_S:.0f} s)")
     return out
+
+
+if __name__ == "__main__":  # part 2 alone: python benchmarks/_ui_browser.py [trials]
+    import json
+    import sys
+
+    print(json.dumps(live_step_to_chart(int(sys.argv[1]) if len(sys.argv) > 1 else 15)))

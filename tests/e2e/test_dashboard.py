@@ -87,11 +87,23 @@ def test_clicking_a_reward_point_opens_that_steps_samples(fixture_store, serve, 
     assert page.locator("#f-step_min").input_value() == "17"
 
 
-def test_zoom_is_linked_and_annotations_mark_steps(fixture_store, serve, page):
+TOOLTIP = """(id) => [...document.querySelectorAll(`#chart-${id} div`)]
+    .filter((d) => d.style.position === "absolute" && d.style.display !== "none" && d.innerText)
+    .map((d) => d.innerText).join("|")"""
+
+
+def test_zoom_and_tooltip_are_linked_and_annotations_mark_steps(fixture_store, serve, page):
     uri, run_id = fixture_store
     server = serve(uri)
     page.goto(f"{server.url}/#/run/{run_id}/dashboard")
     wait_for(lambda: points(page, "reward") == 30, what="the reward chart")
+    pos = page.evaluate("() => window.rlcockpit.dashboard.charts.reward.pixelOf(17)")
+    box = page.locator("#chart-reward").bounding_box()
+    page.mouse.move(box["x"] + pos["x"], box["y"] + pos["y"])
+    # hovering one chart shows every step chart's values at that step (shared tooltip)
+    wait_for(lambda: page.evaluate(TOOLTIP, "kl").startswith("step 17"), what="the KL chart's tooltip")
+    assert "moving avg (10)" in page.evaluate(TOOLTIP, "kl") and page.evaluate(TOOLTIP, "grad").startswith("step 17")
+    page.mouse.move(5, 5)
     page.evaluate("""() => window.rlcockpit.dashboard.charts.reward.chart.dispatchAction(
         {type: "dataZoom", start: 50, end: 100})""")
     zoom = "(id) => window.rlcockpit.dashboard.charts[id].chart.getOption().dataZoom[0].start"

@@ -37,6 +37,10 @@ export function onAnnotations(fn) {
 export const charts = { annotate, clearAnnotations, annotations, onAnnotations };
 
 // ---------------------------------------------------------------- chart base
+function escapeHtml(text) {
+  return String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
 function baseChart(el) {
   const chart = echarts.init(el, null, { renderer: "canvas" });
   const ro = new ResizeObserver(() => chart.resize());
@@ -171,7 +175,7 @@ export class StepChart {
       animation: false,
       title: { text: this.spec.title, left: 8, top: 4, textStyle: titleStyle },
       legend: { top: 24, left: 8, type: "scroll", itemWidth: 14, itemHeight: 8, textStyle: { fontSize: 10 } },
-      tooltip: { trigger: "axis", confine: true, valueFormatter: (v) => fmt(v, 4) },
+      tooltip: { trigger: "axis", confine: true, formatter: (ps) => this.tooltip(ps) },
       axisPointer: { link: [{ xAxisIndex: "all" }] },
       grid: { left: 52, right: 18, top: 58, bottom: 26 },
       xAxis: { type: wall ? "time" : "value", min: "dataMin", max: "dataMax", axisLabel },
@@ -179,6 +183,15 @@ export class StepChart {
       dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }],
       series,
     };
+  }
+
+  // "step 17" (and the time in wall-clock mode), then each line's value at that step.
+  tooltip(params) {
+    const ps = (Array.isArray(params) ? params : [params]).filter((p) => Array.isArray(p.data));
+    if (!ps.length) return "";
+    const [x, , step] = ps[0].data;
+    const head = this.xMode === "wall" ? `${new Date(x).toLocaleString()} · ${t("axis.step")} ${step}` : `${t("axis.step")} ${step}`;
+    return escapeHtml(head) + ps.map((p) => `<br>${p.marker}${escapeHtml(p.seriesName)} <b>${escapeHtml(fmt(p.data[1], 4))}</b>`).join("");
   }
 
   // Clicking anywhere in the plot picks the nearest step of the primary metric.
