@@ -133,3 +133,38 @@ def test_wall_clock_axis_toggle_is_remembered(fixture_store, serve, page):
     wait_for(lambda: points(page, "reward") == 30, what="the reward chart after reload")
     assert page.evaluate(x_type) == "time"
     assert "active" in page.locator("#x-wall").get_attribute("class")
+
+
+def test_a_dropped_stream_resumes_at_its_cursor_without_gaps_or_repeats(tmp_path, serve, page):
+    import random
+
+    import storekit
+
+    import rlcockpit
+
+    uri = f"sqlite:///{tmp_path / 'live.db'}"
+    rng = random.Random(3)
+    run = rlcockpit.init(project="e2e", name="reconnect", store=uri, flush_interval_s=0.1)
+    try:
+        for step in range(1, 6):
+            storekit.log_step(run, step, rng, samples=1)
+        run.flush()
+        server = serve(uri)
+        streams: list[str] = []
+        page.on("request", lambda r: "/stream" in r.url and streams.append(r.url))
+        page.goto(f"{server.url}/#/run/{run.run_id}/dashboard")
+        wait_for(lambda: points(page, "reward") == 5, what="5 steps")
+        storekit.log_step(run, 6, rng, samples=1)
+        wait_for(lambda: points(page, "reward") == 6, what="step 6 live")
+        page.evaluate("() => window.rlcockpit.state.live.source.close()")  # the connection drops
+        for step in (7, 8):  # written while the page is disconnected
+            storekit.log_step(run, step, rng, samples=1)
+        run.flush()
+        page.evaluate("() => window.rlcockpit.state.live.reopenLater()")
+        wait_for(lambda: points(page, "reward") == 8, what="the missed steps after reconnecting")
+        page.wait_for_timeout(500)
+        steps = page.evaluate("() => window.rlcockpit.dashboard.charts.reward.data.get('reward/mean').steps")
+        assert steps == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert "after_step=5" in streams[0] and "cursor=" in streams[-1], streams
+    finally:
+        run.close()
