@@ -47,33 +47,42 @@ function sampleTable(samples, detail, idPrefix) {
     tbody);
 }
 
-function render(root, ctx, snap, disposers) {
-  const p = snap.payload || {};
-  const f = p.finding || {};
-  root.append(h("div", { class: "snapshot-head" },
+// One chart panel: drawn by `draw(el)` (returns {dispose}) when there is data, else a note.
+function chartSection(grid, id, ready, emptyKey, draw, disposers) {
+  const el = chartSlot(id);
+  grid.append(h("section", { class: "chart-box" }, ready ? el : emptyNote(emptyKey)));
+  if (ready) disposers.push(draw(el).dispose);
+}
+
+function header(ctx, snap, f) {
+  return h("div", { class: "snapshot-head" },
     h("a", { class: "btn small", href: runHref(ctx.runId, "alerts"), text: `← ${t("tab.alerts")}` }),
     h("h2", { text: `${t("snapshot.title")} #${snap.snapshot_id} · ${t("axis.step")} ${snap.step}` }),
     f.severity ? severityBadge(f.severity) : null, f.detector ? h("b", { text: ` ${f.detector}` }) : null,
-    f.message ? h("div", { class: "finding-msg", text: f.message }) : null));
+    f.message ? h("div", { class: "finding-msg", text: f.message }) : null);
+}
+
+function charts(grid, p, disposers) {
+  const hist = p.grad_norm_hist;
+  chartSection(grid, "snap-grad-hist", hist && hist.counts && hist.counts.length, "snapshot.no_grad",
+    (el) => histogramBars(el, { title: t("snapshot.grad_hist", { n: (hist.steps || []).length }), edges: hist.edges, counts: hist.counts }), disposers);
+  const lv = layerVar(p);
+  chartSection(grid, "snap-layer-var", lv, "snapshot.no_layers",
+    (el) => matrixHeatmap(el, { title: t("snapshot.layer_var"), ...lv }), disposers);
+  const cov = p.head_grad_cov;
+  chartSection(grid, "snap-head-cov", cov && cov.matrix && cov.matrix.length, "snapshot.no_cov",
+    (el) => matrixHeatmap(el, { title: t("snapshot.head_cov"), xLabels: cov.labels, yLabels: cov.labels, matrix: cov.matrix, diverging: true }), disposers);
+  const lines = metricLines(p.metric_window);
+  chartSection(grid, "snap-metrics", Object.keys(lines).length, "snapshot.no_metrics",
+    (el) => simpleLines(el, { title: t("snapshot.metric_window"), lines }), disposers);
+}
+
+function render(root, ctx, snap, disposers) {
+  const p = snap.payload || {};
+  root.append(header(ctx, snap, p.finding || {}));
   const grid = h("div", { class: "snapshot-grid" });
   root.append(grid);
-  const hist = p.grad_norm_hist;
-  const histEl = chartSlot("snap-grad-hist");
-  grid.append(h("section", { class: "chart-box" }, hist && hist.counts && hist.counts.length ? histEl : emptyNote("snapshot.no_grad")));
-  if (hist && hist.counts && hist.counts.length) disposers.push(histogramBars(histEl, { title: t("snapshot.grad_hist", { n: (hist.steps || []).length }), edges: hist.edges, counts: hist.counts }).dispose);
-  const lv = layerVar(p);
-  const lvEl = chartSlot("snap-layer-var");
-  grid.append(h("section", { class: "chart-box" }, lv ? lvEl : emptyNote("snapshot.no_layers")));
-  if (lv) disposers.push(matrixHeatmap(lvEl, { title: t("snapshot.layer_var"), ...lv }).dispose);
-  const cov = p.head_grad_cov;
-  const covEl = chartSlot("snap-head-cov");
-  const hasCov = cov && cov.matrix && cov.matrix.length;
-  grid.append(h("section", { class: "chart-box" }, hasCov ? covEl : emptyNote("snapshot.no_cov")));
-  if (hasCov) disposers.push(matrixHeatmap(covEl, { title: t("snapshot.head_cov"), xLabels: cov.labels, yLabels: cov.labels, matrix: cov.matrix, diverging: true }).dispose);
-  const lines = metricLines(p.metric_window);
-  const mwEl = chartSlot("snap-metrics");
-  grid.append(h("section", { class: "chart-box" }, Object.keys(lines).length ? mwEl : emptyNote("snapshot.no_metrics")));
-  if (Object.keys(lines).length) disposers.push(simpleLines(mwEl, { title: t("snapshot.metric_window"), lines }).dispose);
+  charts(grid, p, disposers);
   const detail = h("div", { class: "snapshot-sample" });
   root.append(h("h3", { text: t("snapshot.batch") }), sampleTable(p.batch, detail, "snap-batch"),
     h("h3", { text: t("snapshot.last_samples") }), sampleTable(p.last_samples, detail, "snap-last"), detail);
