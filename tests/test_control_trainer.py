@@ -5,6 +5,7 @@ and the diagnostics policy's actions as detector-requested, policy-approved tick
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -170,3 +171,27 @@ def _wait(predicate, what, timeout=120.0):
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_two_tickets_at_one_boundary_leave_a_consistent_checkpoint(tmp_path):
+    """The checkpoint before the second change holds the first change *and* its ticket id, so a
+    resume from it neither loses the first nor applies it twice."""
+    from rlcockpit.trainer.checkpoint import load_state
+
+    cfg, store, plane, p = setup(tmp_path, "train.steps=3")
+    trainer = Trainer(cfg, control_store=store.control())
+
+    def hook(t, step):
+        if step == 2:
+            for param, value in (("kl_coef", 0.1), ("clip_eps", 0.15)):
+                ticket = plane.tickets.request(p["olga"], t.telemetry.run_id, param, value, "two at once")
+                plane.tickets.approve(p["alex"], ticket.ticket_id, "")
+
+    trainer.add_step_hook(hook)
+    result = trainer.run()
+    first, second = plane.store.list_tickets(run_id=result.run_id)
+    assert first.boundary_step == second.boundary_step == 2 and first.checkpoint == second.checkpoint
+    state = load_state(Path(second.checkpoint))
+    assert state["control"]["applied"] == [first.ticket_id]
+    assert state["live"]["kl_coef"] == 0.1 and state["live"]["clip_eps"] == 0.2
+    assert trainer.live.params.kl_coef == 0.1 and trainer.live.params.clip_eps == 0.15

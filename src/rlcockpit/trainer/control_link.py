@@ -163,6 +163,7 @@ class ControlLink:
             return baseline
         self.applied.append(ticket.ticket_id)  # before the model sees it: a crash now is replayed on resume
         t.live.request(changes, reason=ticket.reason, requested_by=f"ticket:{ticket.ticket_id}")
+        t.apply_now(step)  # at once, so the next ticket's checkpoint holds this change and its id together
         self.awaiting.append(done)
         self._sources.append(f"ticket:{ticket.ticket_id}")
         return baseline
