@@ -121,7 +121,7 @@ def allow_console_error(page: Any, pattern: str) -> None:
 def _open_page(browser: Any, request: Any, locale: str) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, locale=locale)
     page = context.new_page()
-    page.set_default_timeout(15000)
+    page.set_default_timeout(30000)  # generous: the suite shares 2 cores with the rest of make test
     probe = PageProbe(page)
     PROBES[id(page)] = probe
     yield page
