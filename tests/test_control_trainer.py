@@ -195,3 +195,31 @@ def test_two_tickets_at_one_boundary_leave_a_consistent_checkpoint(tmp_path):
     assert state["control"]["applied"] == [first.ticket_id]
     assert state["live"]["kl_coef"] == 0.1 and state["live"]["clip_eps"] == 0.2
     assert trainer.live.params.kl_coef == 0.1 and trainer.live.params.clip_eps == 0.15
+
+
+def test_the_end_of_a_run_measures_what_waits_and_fails_what_it_never_reached(tmp_path):
+    cfg, store, plane, p = setup(tmp_path, "train.steps=4", "control.effect_steps=10")
+    trainer = Trainer(cfg, control_store=store.control())
+    late: dict = {}
+
+    def hook(t, step):
+        if step == 2:
+            ticket = plane.tickets.request(p["olga"], t.telemetry.run_id, "kl_coef", 0.1, "early")
+            plane.tickets.approve(p["alex"], ticket.ticket_id, "")
+
+    original_after = trainer.control.after_hotfix
+
+    def after_hotfix(step):  # a ticket approved after the last boundary the run will have
+        original_after(step)
+        if step == 4:
+            ticket = plane.tickets.request(p["olga"], trainer.telemetry.run_id, "kl_coef", 0.2, "too late")
+            late["id"] = plane.tickets.approve(p["alex"], ticket.ticket_id, "").ticket_id
+
+    trainer.add_step_hook(hook)
+    trainer.control.after_hotfix = after_hotfix
+    assert trainer.run().status == "finished"
+    early = plane.store.get_ticket(1)
+    assert early.status == "evaluated" and early.effect["effect_steps"] == 2 and early.effect["evaluated_step"] == 4
+    assert early.effect["windows"]["kl/mean"]["n_after"] == 2
+    missed = plane.store.get_ticket(late["id"])
+    assert missed.status == "failed" and "finished at step 4" in missed.error

@@ -131,6 +131,18 @@ class ControlLink:
                 self._carry_out(ticket, step, None)
         self._publish(step, ",".join(self._sources) or "live")
 
+    def close(self, status: str, step: int) -> None:
+        """The run ends: measure what is still waiting (with the steps there were), and fail the
+        approved tickets it will never reach. Not for a failed run (it may be resumed)."""
+        if self.channel is None or status not in ("finished", "stopped"):
+            return
+        try:
+            self._evaluate_due(step, force=True)
+            for ticket in self.channel.approved():
+                self.channel.mark_failed(ticket, f"the run was {status} at step {step} before applying it")
+        except Exception as exc:  # fail soft: the run's own result matters more
+            log.warning("closing the control link failed: %s", exc)
+
     # ------------------------------------------------------------------ tickets
 
     def _carry_out(self, ticket: TicketRecord, step: int, baseline: list[float] | None) -> list[float] | None:
@@ -210,10 +222,11 @@ class ControlLink:
 
     # ------------------------------------------------------------------ effect measurement
 
-    def _evaluate_due(self, step: int) -> list[float] | None:
-        """Record the effect of every applied ticket whose ``effect_steps`` have passed; returns the
-        validation rewards of this boundary (reused as the baseline of a ticket applied now)."""
-        due = [t for t in self.awaiting if (t.boundary_step or 0) + self.cfg.effect_steps <= step]
+    def _evaluate_due(self, step: int, force: bool = False) -> list[float] | None:
+        """Record the effect of every applied ticket whose ``effect_steps`` have passed (``force``: all
+        of them, at the end of the run); returns the validation rewards of this boundary (reused as
+        the baseline of a ticket applied now)."""
+        due = [t for t in self.awaiting if force or (t.boundary_step or 0) + self.cfg.effect_steps <= step]
         if not due:
             return None
         after = self._validation_rewards(step)
@@ -227,7 +240,7 @@ class ControlLink:
                 step: int) -> dict[str, Any]:
         from rlcockpit.metrics.ks import ks_2samp
 
-        effect: dict[str, Any] = {"effect_steps": self.cfg.effect_steps, "evaluated_step": step}
+        effect: dict[str, Any] = {"effect_steps": step - (ticket.boundary_step or 0), "evaluated_step": step}
         if before and after:
             effect.update(reward_effect(before, after, ks_2samp))
             effect["rewards_before"], effect["rewards_after"] = before, after

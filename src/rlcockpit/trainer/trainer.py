@@ -287,6 +287,8 @@ class Trainer:
         finally:
             self.clock.close()
             self.diagnosis.close()
+            if self.control is not None:
+                self.control.close(status, self.step)
             if self.telemetry is not None:
                 self.telemetry.close(status=status)
         run_id = self.telemetry.run_id if self.telemetry is not None else ""
