@@ -184,14 +184,15 @@ def run_demo(steps: int = DEFAULT_STEPS, store: str = DEFAULT_STORE, seed: int =
 
 def _trainer(cfg: Any, incident: str | None, onset: int | None) -> tuple[Any, Any]:
     """The Trainer, with the incident's fault injected when one is asked for."""
+    from rlcockpit.cli.train import control_store
     from rlcockpit.trainer.trainer import Trainer
 
-    if not incident:
-        return Trainer(cfg), None
+    if not incident:  # tickets and commands from the cockpit reach the demo too (docs/control.md)
+        return Trainer(cfg, control_store=control_store(cfg)), None
     from rlcockpit import faults
 
     fault = faults.get(incident).with_onset(onset)
-    return fault.trainer(cfg), fault
+    return fault.trainer(cfg, control_store=control_store(cfg)), fault
 
 
 class DemoView:
