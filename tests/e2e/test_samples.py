@@ -54,8 +54,19 @@ def test_filters_narrow_the_list_and_pages_move(fixture_store, serve, page):
     page.locator("#sample-pager:has-text('1–3 of 3')").wait_for()
     cells = page.locator("#sample-list tbody tr td:nth-child(3)")
     assert {cells.nth(i).inner_text() for i in range(cells.count())} == {"safety"}
-    page.fill("#f-flags", "truncated")
+    page.select_option("#f-order", "reward_asc")
+    page.click("#sample-filters button[type=submit]")
+    page.wait_for_function("() => location.hash.includes('order=reward_asc')")
+    page.locator("#sample-list tbody tr:first-child td:nth-child(4):has-text('0.700')").wait_for()
+    rewards = [float(x) for x in page.locator("#sample-list tbody tr td:nth-child(4)").all_inner_texts()]
+    assert rewards == sorted(rewards) and set(rewards) == {0.7}  # the three safety samples, lowest first
+    page.fill("#f-reward_min", "")
     page.select_option("#f-category", "")
+    page.click("#sample-filters button[type=submit]")
+    page.locator("#sample-pager:has-text('1–12 of 12')").wait_for()  # steps 10-12, 4 samples each
+    rewards = [float(x) for x in page.locator("#sample-list tbody tr td:nth-child(4)").all_inner_texts()]
+    assert rewards == sorted(rewards) and rewards[0] == 0.5 and rewards[-1] == 0.8
+    page.fill("#f-flags", "truncated")
     page.click("#sample-filters button[type=submit]")
     page.locator("#sample-pager:has-text('of 3')").wait_for()
     assert {rows.nth(i).get_attribute("data-sample-id") for i in range(rows.count())} == {"3"}

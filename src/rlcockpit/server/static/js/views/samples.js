@@ -7,7 +7,8 @@ import { clear, fmt, h, withStates } from "../ui.js";
 import { sampleView } from "./sample_view.js";
 
 const PAGE = 20;
-const FILTERS = ["step_min", "step_max", "category", "reward_min", "reward_max", "flags", "text"];
+const FILTERS = ["step_min", "step_max", "category", "reward_min", "reward_max", "flags", "text", "order"];
+const ORDERS = ["step_desc", "step_asc", "reward_desc", "reward_asc"];
 
 function filtersFrom(query) {
   const out = {};
@@ -31,6 +32,8 @@ function filterForm(ctx, filters, categories) {
     field("reward_max", "samples.reward_max", { type: "number", step: "any", value: filters.reward_max ?? "" }),
     field("flags", "samples.flags", { type: "text", placeholder: t("samples.flags_hint"), value: filters.flags ?? "" }),
     field("text", "samples.text", { type: "search", placeholder: t("samples.text_hint"), value: filters.text ?? "" }),
+    h("label", { class: "field" }, h("span", { text: t("samples.order") }), h("select", { name: "order", id: "f-order" },
+      ORDERS.map((o) => h("option", { value: o, selected: o === (filters.order || "step_desc"), text: t(`order.${o}`) })))),
     h("button", { class: "btn primary", type: "submit", text: t("samples.apply") }),
     h("a", { class: "btn", href: runHref(ctx.runId, "samples"), text: t("samples.clear") }));
   form.addEventListener("submit", (e) => {
@@ -77,7 +80,7 @@ function mount(root, ctx) {
   const detailSlot = h("div", { class: "sample-detail-slot" });
   root.append(h("div", { class: "samples-page" }, formSlot, h("div", { class: "split" }, listSlot, detailSlot)));
   api.categories(ctx.runId).then((r) => r.items, () => []).then((cats) => formSlot.append(filterForm(ctx, filters, cats)));
-  withStates(listSlot, () => api.samples(ctx.runId, { ...filters, order: "step_desc", limit: PAGE, offset }), (page) => {
+  withStates(listSlot, () => api.samples(ctx.runId, { order: "step_desc", ...filters, limit: PAGE, offset }), (page) => {
     if (!page.items.length) {
       listSlot.append(h("div", { class: "state state-empty", id: "samples-empty" },
         h("div", { class: "state-title", text: t("samples.none") }), h("div", { class: "muted", text: t("samples.none_help") })));
