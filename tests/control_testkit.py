@@ -41,7 +41,26 @@ class World:
         return {"Authorization": f"Bearer {self.tokens[user]}"} if user else {}
 
 
+_TEMPLATES: dict[bool, tuple[Path, dict[str, str]]] = {}
+
+
 def build_world(tmp_path: Path, *, users: bool = True) -> World:
+    """A fresh world per test: built once per process (scrypt is slow on purpose), then copied."""
+    import sqlite3
+    import tempfile
+
+    if users not in _TEMPLATES:
+        template = _build(Path(tempfile.mkdtemp(prefix="control-world-")), users=users)
+        _TEMPLATES[users] = (template.store.path, template.tokens)
+    path, tokens = _TEMPLATES[users]
+    target = tmp_path / "control.db"
+    with sqlite3.connect(path) as conn:  # a consistent copy, WAL included
+        conn.execute("VACUUM INTO ?", (str(target),))
+    store = open_store(f"sqlite:///{target}")
+    return World(f"sqlite:///{target}", store, ControlPlane.over(store.control(), store.reader()), dict(tokens))
+
+
+def _build(tmp_path: Path, *, users: bool) -> World:
     uri = f"sqlite:///{tmp_path / 'control.db'}"
     store = open_store(uri)
     writer = store.writer()
