@@ -130,6 +130,10 @@ def test_kl_zero_red_at_the_first_zero_step_after_being_positive():
     step, cond = first(make("kl_zero"), rows, "red")
     assert step == 15 and cond.evidence["onset_step"] == 15
     assert "reference model may be a copy of the actor" in cond.message
+    latched = run(make("kl_zero"), rows)  # the healthy-looking KL after the sync keeps it open
+    assert [s for s, conds in latched if conds] == [15, 16, 17, 18]
+    unlatched = run(make("kl_zero", latch=False), rows)
+    assert [s for s, conds in unlatched if conds] == [15]
 
 
 def test_kl_zero_without_token_max_needs_three_zero_steps():

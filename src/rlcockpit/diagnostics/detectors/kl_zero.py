@@ -14,6 +14,8 @@ Default thresholds: ``kl/mean`` below 1e-4 and ``kl/token_max`` below 1e-4 for 1
 the run logs no token maximum (imported runs), ``kl/mean`` alone for 3 steps (the k1 estimate of
 a healthy KL can cross 0). The history must be 10 steps with median > 0.01 nats per sequence,
 so the very start of a run (policy = reference, KL exactly 0) does not fire.
+The finding stays open (``latch``) for the rest of the run: after a one-time sync the actor drifts
+away again at once and the KL looks healthy — measured against the wrong reference.
 False positives: a policy collapsed to a mode the reference also prefers (only EOS): then the
 reward and the response length collapse too (001 Q3), which other detectors report.
 Fix: stop and review the code: check that the reference is frozen and never loaded from the
@@ -41,6 +43,8 @@ class KLZeroConfig(Config):
     steps_mean_only: int = option(3, help="... when kl/token_max is not logged.",
                                   range=(1, 1000))
     window: int = option(10, help="Steps of history before the zeros.", range=(1, 10000))
+    latch: bool = option(True, help="Keep the finding open for the rest of the run: after a sync "
+                         "the KL looks healthy again, against the wrong reference.")
     floor: float = option(0.01, help="The history's median KL must exceed this (nats/sequence).",
                           range=(0.0, 1e6))
 
@@ -58,10 +62,17 @@ class KLZero(Detector):
         super().__init__(config)
         self._history = Window(self.config.window)
         self._zero = Streak()
+        self._latched: Condition | None = None
 
     def update(self, view: StepView) -> Condition | object | None:
         if view.get("kl/mean") is None:
             return SKIPPED
+        found = self._judge(view)
+        if found is not None and self.config.latch:
+            self._latched = self._latched or found
+        return self._latched or found
+
+    def _judge(self, view: StepView) -> Condition | None:
         kl = view.finite("kl/mean")
         if kl is None:
             return None
