@@ -110,12 +110,32 @@ def run_job(job: Job, out_dir: str, quick_overrides: Sequence[str]) -> dict[str,
                 "wall_s": time.perf_counter() - t0, "store": store}
 
 
-def run_all(jobs: list[Job], out_dir: Path, workers: int, quick_overrides: Sequence[str]) -> dict[str, dict]:
+def finished_run(job: Job, out_dir: Path) -> dict[str, Any] | None:
+    """A finished run of ``job`` already in its store (``--reuse``), or None."""
+    from rlcockpit.store import open_store
+
+    path = out_dir / f"{job.key}.db"
+    if not path.exists():
+        return None
+    reader = open_store(f"sqlite:///{path}", create=False).reader()
+    try:
+        runs = [r for r in reader.list_runs() if r.name == job.key and r.status == "finished"]
+    finally:
+        reader.close()
+    if not runs:
+        return None
+    return {"run_id": runs[0].run_id, "status": "finished", "wall_s": 0.0, "store": f"sqlite:///{path}"}
+
+
+def run_all(jobs: list[Job], out_dir: Path, workers: int, quick_overrides: Sequence[str],
+            reuse: bool = False) -> dict[str, dict]:
+    done: dict[str, dict] = {}
+    if reuse:
+        done = {j.key: info for j in jobs if (info := finished_run(j, out_dir)) is not None}
     # the slowest runs first (16 PPO epochs), so the pool does not end on one long straggler
-    order = sorted(jobs, key=lambda j: j.fault != "too_many_ppo_epochs")
+    order = sorted((j for j in jobs if j.key not in done), key=lambda j: j.fault != "too_many_ppo_epochs")
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
         futures = {j.key: pool.submit(run_job, j, str(out_dir), tuple(quick_overrides)) for j in order}
-        done = {}
         for key, fut in futures.items():
             done[key] = fut.result()
             print(f"  run {key}: {done[key]['status']} in {done[key]['wall_s']:.0f} s", file=sys.stderr, flush=True)
@@ -318,6 +338,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for fault runs")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel runs (default: core count)")
     p.add_argument("--out", type=Path, help="directory for the stores and streams (default: a temp dir)")
+    p.add_argument("--reuse", action="store_true", help="keep the finished runs already in --out (resume)")
     p.add_argument("--peers-python", help="python of .benchvenv-peers (default: ./.benchvenv-peers/bin/python if any)")
     p.add_argument("--docs", type=Path, default=None, help=f"write the tables into this file between markers "
                    f"(default: {DOCS.relative_to(ROOT)} unless --quick)")
@@ -339,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = make_jobs(args)
     quick = ("rollout.batch_size=8", "ppo.minibatch_size=8", "rollout.max_new_tokens=12") if args.quick else ()
     print(f"{len(jobs)} runs, {args.workers} in parallel, stores in {out_dir}", file=sys.stderr, flush=True)
-    infos = run_all(jobs, out_dir, args.workers, quick)
+    infos = run_all(jobs, out_dir, args.workers, quick, reuse=args.reuse)
     outcomes = [diagnose(j, infos[j.key]) for j in jobs]
     streams = []
     for o in outcomes:
