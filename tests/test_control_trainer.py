@@ -223,3 +223,44 @@ def test_the_end_of_a_run_measures_what_waits_and_fails_what_it_never_reached(tm
     assert early.effect["windows"]["kl/mean"]["n_after"] == 2
     missed = plane.store.get_ticket(late["id"])
     assert missed.status == "failed" and "finished at step 4" in missed.error
+
+
+def test_a_locked_store_delays_a_ticket_but_never_stops_training(tmp_path, caplog):
+    """Fail soft at run time: the store's write lock held by someone else at a boundary makes the
+    ticket wait for a later boundary; the run goes on and the ticket is applied exactly once."""
+    import logging
+    import sqlite3
+
+    cfg, store, plane, p = setup(tmp_path, "train.steps=5")
+    impatient = open_store(cfg.telemetry.store + "?busy_timeout_s=0.2")  # the trainer's control store
+    trainer = Trainer(cfg, control_store=impatient.control())
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_lock():
+        conn = sqlite3.connect(store.path, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        held.set()
+        release.wait(30)
+        conn.execute("ROLLBACK")
+        conn.close()
+
+    def hook(t, step):
+        if step == 2:
+            ticket = plane.tickets.request(p["olga"], t.telemetry.run_id, "kl_coef", 0.1, "while locked")
+            plane.tickets.approve(p["alex"], ticket.ticket_id, "")
+            threading.Thread(target=hold_the_lock, daemon=True).start()
+            held.wait(10)
+        if step == 3:
+            release.set()
+
+    trainer.add_step_hook(hook)
+    with caplog.at_level(logging.WARNING, logger="rlcockpit.trainer.control"):
+        result = trainer.run()
+    assert result.status == "finished" and result.step == 5
+    assert any("tickets stay queued" in r.getMessage() for r in caplog.records)
+    ticket = plane.store.list_tickets(run_id=result.run_id)[0]
+    assert ticket.status in ("applied", "evaluated") and ticket.boundary_step == 3
+    actions = [e.action for e in plane.store.read_audit() if e.ticket_id == ticket.ticket_id]
+    assert actions.count("ticket_applied") == 1
+    kl_coef = dict(series(cfg, result.run_id, ["kl/coef"])["kl/coef"])
+    assert kl_coef[3] == 0.05 and kl_coef[4] == 0.1

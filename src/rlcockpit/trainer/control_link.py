@@ -27,7 +27,7 @@ from typing import Any
 
 from rlcockpit.control import Channel, ControlConfig
 from rlcockpit.control.effect import reward_effect, window_effect
-from rlcockpit.errors import ConfigError
+from rlcockpit.errors import ConfigError, StoreError
 from rlcockpit.records import TicketRecord
 from rlcockpit.store.base import ControlStore
 from rlcockpit.trainer.live import LIVE_SPECS, validate_changes
@@ -91,7 +91,6 @@ class ControlLink:
             self.replays = self.channel.replays(self.applied)
             due = [t for t in self.replays if (t.boundary_step or 0) <= trainer.step]
             self._replay(due, trainer.step)
-            trainer.apply_now(trainer.step)
         self._publish(trainer.step, "resume" if self.resumed else "start")
         diagnosis = getattr(trainer, "diagnosis", None)
         if diagnosis is not None and hasattr(diagnosis, "executor"):
@@ -107,25 +106,41 @@ class ControlLink:
 
     def before_hotfix(self, step: int) -> None:
         """Measure due effects, replay due tickets, take approved tickets (rollbacks wait for the commit)."""
+        self._soft("taking tickets", self._before, step)
+
+    def after_hotfix(self, step: int) -> None:
+        """After the step's commit: rollbacks, then publish the live parameters if they changed."""
+        self._soft("rollbacks and publishing", self._after, step)
+
+    def while_paused(self, step: int) -> None:
+        """Called by the pause loop: take resume / stop / other tickets (not rollbacks) every poll interval."""
+        now = time.monotonic()
+        if now >= self._next_poll:
+            self._next_poll = now + self.cfg.poll_interval_s
+            self._soft("taking tickets while paused", self._paused, step)
+
+    def _soft(self, what: str, fn: Any, step: int) -> None:
+        """Fail soft on the store (locked past its timeout, disk full): training goes on, the tickets
+        stay in the store and are taken at a later boundary."""
+        try:
+            fn(step)
+        except StoreError as exc:
+            log.warning("control at step %d: %s failed (%s); tickets stay queued in the store", step, what, exc)
+
+    def _before(self, step: int) -> None:
         baseline = self._evaluate_due(step)
         self._replay([t for t in self.replays if (t.boundary_step or 0) <= step], step)
         for ticket in self.channel.approved():
             if not (ticket.kind == "command" and ticket.target == "rollback"):
                 baseline = self._carry_out(ticket, step, baseline)
 
-    def after_hotfix(self, step: int) -> None:
-        """After the step's commit: rollbacks, then publish the live parameters if they changed."""
+    def _after(self, step: int) -> None:
         for ticket in self.channel.approved():
             if ticket.kind == "command" and ticket.target == "rollback":
                 self._rollback(ticket, step)
         self._publish(self.trainer.step, ",".join(self._sources) or "live")
 
-    def while_paused(self, step: int) -> None:
-        """Called by the pause loop: take resume / stop / other tickets (not rollbacks) every poll interval."""
-        now = time.monotonic()
-        if now < self._next_poll:
-            return
-        self._next_poll = now + self.cfg.poll_interval_s
+    def _paused(self, step: int) -> None:
         for ticket in self.channel.approved():
             if not (ticket.kind == "command" and ticket.target == "rollback"):
                 self._carry_out(ticket, step, None)
@@ -151,6 +166,8 @@ class ControlLink:
             if ticket.kind == "param":
                 return self._apply_param(ticket, step, baseline)
             self._command(ticket, step)
+        except StoreError:
+            raise  # the store, not the ticket: taken again at a later boundary (see _soft)
         except Exception as exc:  # fail soft: the ticket fails, training goes on
             log.warning("ticket %s (%s %s) failed: %s", ticket.ticket_id, ticket.kind, ticket.target, exc)
             self.channel.mark_failed(ticket, f"{type(exc).__name__}: {exc}")
@@ -210,15 +227,16 @@ class ControlLink:
             self.acting_ticket = None
 
     def _replay(self, tickets: list[TicketRecord], step: int) -> None:
-        for ticket in tickets:
-            self.trainer.live.request({ticket.target: ticket.value}, reason=f"replay after resume: {ticket.reason}",
-                                      requested_by=f"ticket:{ticket.ticket_id}")
-            self.applied.append(ticket.ticket_id)
+        for ticket in tickets:  # audited first: a store failure leaves it to a later boundary, never twice
             self.channel.note("ticket_replayed", ticket, {"target": ticket.target, "value": ticket.value,
                                                           "boundary_step": ticket.boundary_step, "at_step": step})
+            self.replays = [t for t in self.replays if t.ticket_id != ticket.ticket_id]
+            self.applied.append(ticket.ticket_id)
+            self.trainer.live.request({ticket.target: ticket.value}, reason=f"replay after resume: {ticket.reason}",
+                                      requested_by=f"ticket:{ticket.ticket_id}")
             self._sources.append(f"ticket:{ticket.ticket_id}")
-        gone = {t.ticket_id for t in tickets}
-        self.replays = [t for t in self.replays if t.ticket_id not in gone]
+        if tickets:
+            self.trainer.apply_now(step)  # at once: a checkpoint taken next holds the change with its id
 
     # ------------------------------------------------------------------ effect measurement
 
