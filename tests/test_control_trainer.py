@@ -264,3 +264,30 @@ def test_a_locked_store_delays_a_ticket_but_never_stops_training(tmp_path, caplo
     assert actions.count("ticket_applied") == 1
     kl_coef = dict(series(cfg, result.run_id, ["kl/coef"])["kl/coef"])
     assert kl_coef[3] == 0.05 and kl_coef[4] == 0.1
+
+
+def test_a_safety_action_runs_even_when_its_ticket_cannot_be_written(tmp_path):
+    import sqlite3
+
+    from rlcockpit.diagnostics.policy import Action
+    from rlcockpit.records import FindingRecord
+
+    cfg, store, plane, _ = setup(tmp_path, "train.steps=3")
+    trainer = Trainer(cfg, control_store=open_store(cfg.telemetry.store + "?busy_timeout_s=0.2").control())
+    finding = FindingRecord(step=2, detector="kl_tiers", severity="red", message="KL 3x target", incident="inc-1")
+    lock = sqlite3.connect(store.path, isolation_level=None)
+
+    def hook(t, step):
+        if step == 2:
+            t.diagnosis.pending.append(Action("checkpoint", 2, finding))
+            lock.execute("BEGIN IMMEDIATE")  # held through boundary 2
+        if step == 3:
+            lock.execute("ROLLBACK")
+
+    trainer.add_step_hook(hook)
+    result = trainer.run()
+    lock.close()
+    assert result.status == "finished"
+    [event] = events(cfg, result.run_id, "action")
+    assert event.payload["result"]["checkpoint"].endswith("step_0000002") and "ticket_error" in event.payload["result"]
+    assert plane.store.list_tickets(run_id=result.run_id) == []

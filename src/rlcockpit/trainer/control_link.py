@@ -127,6 +127,13 @@ class ControlLink:
         except StoreError as exc:
             log.warning("control at step %d: %s failed (%s); tickets stay queued in the store", step, what, exc)
 
+    @staticmethod
+    def _soft_store(fn: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except StoreError as exc:
+            log.warning("control: %s failed: %s", getattr(fn, "__name__", fn), exc)
+
     def _before(self, step: int) -> None:
         baseline = self._evaluate_due(step)
         self._replay([t for t in self.replays if (t.boundary_step or 0) <= step], step)
@@ -284,23 +291,30 @@ class ControlLink:
         self._sources = []
 
     def _ticketed(self, executor: Any) -> Any:
-        """Wrap the diagnostics executor: each action (but alerts) becomes a policy-approved ticket."""
+        """Wrap the diagnostics executor: each action (but alerts) becomes a policy-approved ticket.
+        A safety action never waits for the store: if the ticket cannot be written it runs anyway."""
 
         def run(action: Any, ctx: Any) -> Mapping[str, Any]:
             if action.name == "alert":
                 return executor(action, ctx)
-            ticket = self.channel.automatic(action.detector, action.name, {
-                "severity": action.severity, "incident": action.incident, "finding_step": action.step},
-                reason=f"{action.severity} finding of {action.detector}: {action.finding.message}")
+            try:
+                ticket = self.channel.automatic(action.detector, action.name, {
+                    "severity": action.severity, "incident": action.incident, "finding_step": action.step},
+                    reason=f"{action.severity} finding of {action.detector}: {action.finding.message}")
+            except StoreError as exc:
+                log.warning("control: no ticket for the %s action of %s (%s); running it anyway",
+                            action.name, action.detector, exc)
+                return {**dict(executor(action, ctx) or {}), "ticket_error": exc.message}
             self.acting_ticket = ticket.ticket_id
             try:
                 result = dict(executor(action, ctx) or {})
             except Exception as exc:
-                self.channel.mark_failed(ticket, f"{type(exc).__name__}: {exc}")
+                self._soft_store(self.channel.mark_failed, ticket, f"{type(exc).__name__}: {exc}")
                 raise
             finally:
                 self.acting_ticket = None
-            self.channel.mark_applied(ticket, boundary_step=ctx.step, checkpoint=result.get("checkpoint"))
+            self._soft_store(self.channel.mark_applied, ticket, boundary_step=ctx.step,
+                             checkpoint=result.get("checkpoint"))
             return {**result, "ticket_id": ticket.ticket_id}
 
         return run
