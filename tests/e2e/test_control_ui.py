@@ -158,3 +158,26 @@ def _screenshot(page, name: str) -> None:
 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"control_ui_{name}.png"), full_page=True)
+
+
+def test_a_refused_page_stops_asking_until_the_token_changes(browser, cockpit):
+    """An idle dashboard whose token was revoked must not fill the audit log with refusals."""
+    server, plane, tokens, run_id = cockpit
+    probes: list = []
+    ctx, page = person(browser, tokens["olga"], probes)
+    probes[0].allowed.append("status of 401")
+    try:
+        page.goto(f"{server.url}/#/run/{run_id}/dashboard")
+        page.locator("#liveparams-panel [data-param=kl_coef]").wait_for()
+        plane.users.revoke("olga", by="test")
+
+        def refusals():
+            return [e for e in plane.store.read_audit() if e.action == "access_denied"
+                    and ("/tickets" in e.details["path"] or e.details["path"].endswith("/live"))]
+
+        wait_for(refusals, timeout=20, what="the first refusal")
+        first = len(refusals())
+        time.sleep(5)  # the panel polls every 2 s
+        assert len(refusals()) == first
+    finally:
+        ctx.close()

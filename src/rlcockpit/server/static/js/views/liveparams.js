@@ -1,6 +1,7 @@
 // Live parameters on the dashboard (current values with their history) and applied tickets as
 // vertical annotations on every step chart (charts.annotate, source "control"). It follows the open
 // run through the hash and refreshes every few seconds.
+import { TOKEN_KEY } from "../api.js";
 import { annotate } from "../charts.js";
 import { t } from "../i18n.js";
 import { parseHash } from "../router.js";
@@ -8,7 +9,7 @@ import { clear, fmt, h } from "../ui.js";
 import { control, controlAvailable, fmtValue } from "./control_common.js";
 
 const REFRESH_MS = 2000;
-const state = { runId: null, liveVersion: null, marks: "", busy: false };
+const state = { runId: null, liveVersion: null, marks: "", busy: false, refusedWith: undefined };
 
 function marksOf(tickets) {
   return tickets.filter((x) => x.applied_step !== null && x.applied_step !== undefined && !x.rolled_back_by).map((x) => ({
@@ -80,13 +81,17 @@ function diffText(v, prev) {
 async function tick() {
   const route = parseHash();
   if (route.scope !== "run" || !route.runId || state.busy || document.hidden) return;
+  // refused (no or a bad token): ask again only once the token changed, so an idle page does not
+  // fill the audit log with refusals
+  if (state.refusedWith !== undefined && state.refusedWith === localStorage.getItem(TOKEN_KEY)) return;
   state.busy = true;
   try {
     if (state.runId !== route.runId) Object.assign(state, { runId: route.runId, liveVersion: null, marks: "" });
     await syncAnnotations(route.runId);
     if (route.name === "dashboard") await syncPanel(route.runId);
-  } catch {
-    // no token yet, or the run is gone: the pages themselves show the error; try again later
+  } catch (err) {
+    // no token yet, or the run is gone: the pages themselves show the error
+    if (err.status === 401 || err.status === 403) state.refusedWith = localStorage.getItem(TOKEN_KEY);
   } finally {
     state.busy = false;
   }

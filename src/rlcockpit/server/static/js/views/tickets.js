@@ -17,11 +17,12 @@ class TicketsPage {
 
   mount() {
     this.render();
-    this.timer = setInterval(() => this.refreshQueue(), REFRESH_MS);
     return () => clearInterval(this.timer);
   }
 
   render() {
+    clearInterval(this.timer);
+    this.timer = setInterval(() => this.refreshQueue(), REFRESH_MS);
     clear(this.root);
     this.requestBox = h("section", { class: "panel ctl-request" });
     this.commandBox = this.commandPanel();
@@ -101,6 +102,7 @@ class TicketsPage {
       items = (await control.tickets(this.ctx.runId)).items;
     } catch (err) {
       this.signature = "";
+      if (err.status === 401 || err.status === 403) clearInterval(this.timer);  // until the next sign-in
       return errorState(this.queueBox, err, () => this.refreshQueue());
     }
     const signature = JSON.stringify(items.map((x) => [x.ticket_id, x.status, x.updated_at]));
