@@ -13,13 +13,16 @@ reference steps: a two-sample KS test with the median shifted right, a long tail
 lengths above ``tail_factor`` × the reference 95th percentile), or a second mode appearing (Sarle's
 bimodality coefficient crossing 5/9 while the reference stays below).
 Default thresholds: "length" yellow when (trend z ≥ ``z_trend`` = 3 or fast z ≥ ``z_jump`` = 5)
-and the growth ≥ ``growth`` (0.25), orange when the growth ≥ ``growth_orange`` (0.6) or the
+and the growth ≥ ``growth`` (0.2), orange when the growth ≥ ``growth_orange`` (0.6) or the
 truncation condition holds too; "truncation" yellow when the recent truncated share ≥
 ``trunc_min`` (0.15) and ≥ ``trunc_rise`` (0.1) above the reference, orange when the length grows
 as well; "distribution" yellow when KS p < ``ks_p`` (1e-4) with D ≥ ``ks_d`` (0.25) and the
 median ≥ 1.2× the reference median, or the tail share ≥ ``tail_share`` (0.1), or the bimodality
 coefficient crosses 5/9 from a reference median below 5/9 − 0.15 — each for ``dist_steps`` (3)
-steps in a row. Judged after ``warmup`` (10) reference steps.
+steps in a row. Judged after ``warmup`` (10) reference steps. Calibration: on the healthy
+tiny-world runs the 30-step trend Z stayed ≤ 2.9 and the growth ≤ 14% at that Z; the
+``length_reward`` fault grows the tiny model's answers only from 12 to 14–15 tokens (the 24-token
+limit), reaching Z 3.2 and +21% at 55 steps after its onset.
 False positives: a curriculum moving to harder prompts (longer answers are right); a changed
 ``rollout/max_new_tokens`` (truncation moves with it).
 Fix: add a length penalty or normalise the reward by length, retrain the reward model with
@@ -53,7 +56,7 @@ class LengthHackingConfig(Config):
                             range=(0.5, 1e6))
     z_jump: float = option(5.0, help="Robust z of the recent mean length that counts as a fast "
                            "rise.", range=(1.0, 1e6))
-    growth: float = option(0.25, help="Relative growth needed for yellow (0.25 = +25%).",
+    growth: float = option(0.2, help="Relative growth needed for yellow (0.2 = +20%).",
                            range=(0.0, 1e6))
     growth_orange: float = option(0.6, help="Relative growth that makes it orange.",
                                   range=(0.0, 1e6))
@@ -123,6 +126,9 @@ class LengthHacking(Detector):
         if not (rising or jumped):
             return None
         growth = max(trend_growth if rising else 0.0, fast_growth if jumped else 0.0)
+        if rising and trend_growth >= fast_growth:  # show the trend's own start and end levels
+            values = self._trend.values
+            ref, now = float(np.median(values[:5])), float(np.median(values[-5:]))
         severity = "orange" if growth >= cfg.growth_orange or truncating else "yellow"
         onset = int(self._trend.steps[0]) if rising else self._length.onset(lambda v: v > ref)
         evidence = {"length_now": now, "length_reference": ref, "growth": growth,
