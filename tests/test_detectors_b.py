@@ -287,7 +287,7 @@ def template_steps(n=30, at=20, prefix=""):
 def test_template_takeover_is_orange_with_the_ngram_and_examples():
     step, cond = first(make("reward_hacking"), template_steps(), key="template")
     assert step == 21 and cond.severity == "orange"  # two steps in a row (template_steps=2)
-    assert cond.evidence["ngram"] in FILLER and cond.evidence["share"] > 0.8
+    assert cond.evidence["ngram"] in FILLER + " " and cond.evidence["share"] > 0.8
     assert cond.evidence["onset_step"] == 20 and FILLER in cond.evidence["examples"][0]
 
 

@@ -36,6 +36,7 @@ samples, and roll back to the checkpoint before the onset on red.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter, deque
 from collections.abc import Sequence
@@ -179,6 +180,10 @@ def top_samples(samples: Sequence, k: int = 3) -> list[dict]:
              "response": s.response[:300]} for s in scored[:k]]
 
 
+def _by_count(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]
+
+
 def ngram_shares(responses: Sequence[str], n: int, max_chars: int,
                  top: int | None = None) -> Counter:
     """Per character n-gram with a letter, the share of responses containing it.
@@ -191,7 +196,9 @@ def ngram_shares(responses: Sequence[str], n: int, max_chars: int,
         text = text[:max_chars]
         counts.update({text[i:i + n] for i in range(len(text) - n + 1)})
     total = max(len(responses), 1)
-    ranked = counts.most_common(None if top is None else 4 * top)
+    # ties broken by the n-gram itself: set order depends on the interpreter's hash seed
+    ranked = sorted(counts.items(), key=_by_count) if top is None \
+        else heapq.nsmallest(4 * top, counts.items(), key=_by_count)
     kept = [(g, c / total) for g, c in ranked if any(ch.isalpha() for ch in g)]
     return Counter(dict(kept[:top] if top is not None else kept))
 
@@ -261,7 +268,7 @@ class TemplateWatch:
             base, spread = self._reference_share(gram)
             if share - base >= max(cfg.share_rise, 3.0 * spread):
                 risen.append((gram, share, base))
-        risen.sort(key=lambda item: item[2] - item[1])
+        risen.sort(key=lambda item: (item[2] - item[1], item[0]))
         return risen[:MAX_RISEN]
 
     def _spread(self, risen: list, samples: list) -> list:
