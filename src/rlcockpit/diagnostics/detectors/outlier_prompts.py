@@ -121,7 +121,7 @@ class OutlierPrompts(Detector):
             count = p.high if side == "high" else p.low
             if p.seen >= cfg.min_appearances and count >= cfg.consistency * p.seen:
                 found.append((pid, p))
-        found.sort(key=lambda item: -abs(item[1].z_sum / item[1].seen))
+        found.sort(key=lambda item: (-abs(item[1].z_sum / item[1].seen), item[0]))
         return found
 
     def _condition(self, side: str) -> Condition | None:
