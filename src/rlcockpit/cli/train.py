@@ -115,12 +115,18 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def control_store(cfg: TrainConfig) -> Any:
-    """The store's control plane for the trainer (tickets and commands, docs/control.md), or None."""
+    """The store's control plane for the trainer (tickets and commands, docs/control.md), or None.
+
+    Returned as an opener the trainer calls once INIT's fail-fast checks passed."""
     if not cfg.control.enabled:
         return None
-    from rlcockpit.store import open_store
 
-    return open_store(cfg.telemetry.store).control()
+    def open_control() -> Any:
+        from rlcockpit.store import open_store
+
+        return open_store(cfg.telemetry.store).control()
+
+    return open_control
 
 
 def run_with_progress(trainer: Any, cfg: TrainConfig) -> Any:

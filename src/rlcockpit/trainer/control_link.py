@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rlcockpit.control import Channel, ControlConfig
@@ -48,7 +48,9 @@ def live_specs(live: Any) -> dict[str, dict[str, Any]]:
 
 
 class ControlLink:
-    def __init__(self, store: ControlStore, cfg: ControlConfig) -> None:
+    def __init__(self, store: ControlStore | Callable[[], ControlStore], cfg: ControlConfig) -> None:
+        # a callable opens the store at attach(), after INIT's fail-fast checks: a bad reward
+        # function must not leave a store file behind
         self.store = store
         self.cfg = cfg
         self.trainer: Any = None
@@ -84,6 +86,8 @@ class ControlLink:
     def attach(self, trainer: Any) -> None:
         """After the run is open: publish the live parameters, plan replays, wrap the diagnostics."""
         self.trainer = trainer
+        if not isinstance(self.store, ControlStore):
+            self.store = self.store()
         self.channel = Channel(self.store, trainer.telemetry.run_id)
         trainer.add_observer(self._observe)
         self.awaiting = self.channel.awaiting_effect()
