@@ -90,3 +90,19 @@ def test_imported_trl_run_is_diagnosed(tmp_path, capsys):
     assert code == report["exit_code"]
     assert report["run"]["project"] == "imported" and report["steps"] > 0
     assert report["detectors"]["nonfinite"] in ("ok", "firing:red", "firing:orange")
+
+
+def test_a_silent_running_run_gets_the_heartbeat_finding(tmp_path, capsys):
+    from rlcockpit.records import Batch, MetricPoint, RunInfo
+
+    uri = f"sqlite:///{tmp_path}/hung.db"
+    writer = open_store(uri).writer()
+    long_ago = 1_000_000.0
+    writer.create_run(RunInfo(run_id="hung", project="p", name="hung", started_at=long_ago))
+    writer.write_batch("hung", Batch(metrics=[MetricPoint(step, "reward/mean", 0.1, long_ago + step)
+                                              for step in range(1, 4)]))
+    writer.close()
+    assert main(["doctor", "--store", uri, "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    (beat,) = [f for f in report["findings"] if f["evidence"].get("key") == "heartbeat"]
+    assert beat["detector"] == "stall" and beat["severity"] == "red"

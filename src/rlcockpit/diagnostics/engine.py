@@ -102,6 +102,10 @@ class Engine:
                 out.extend(self._raise_or_escalate(det, step, wall_time, _as_list(result)))
         return out
 
+    def touch(self, wall_time: float) -> None:
+        """Count ``wall_time`` as a sign of life (a paused run is not a hung one)."""
+        self._last_step_wall = float(wall_time)
+
     def active(self) -> dict[tuple[str, str], str]:
         """(detector, key) → severity of every condition currently open."""
         return {k: a.severity for k, a in self._active.items()}

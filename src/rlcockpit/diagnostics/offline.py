@@ -8,6 +8,7 @@ the findings recorded live during the run (if the trainer ran diagnostics).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,8 @@ def diagnose_run(reader: StoreReader, run_id: str, config: DiagnosticsConfig | N
         found.extend(engine.observe(step, metrics, samples, wall))
         if progress is not None:
             progress(i + 1, len(steps))
+    if run.status == "running":  # still marked running: has it gone silent? (heartbeat)
+        found.extend(engine.tick(time.time()))
     return DoctorReport(
         run=run, steps=len(steps), first_step=steps[0][0] if steps else None,
         last_step=steps[-1][0] if steps else None, samples=n_samples, findings=tuple(found),

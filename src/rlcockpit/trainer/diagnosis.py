@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,7 @@ from rlcockpit.records import FindingRecord, SampleRecord
 log = logging.getLogger("rlcockpit.trainer.diagnosis")
 HISTORY_STEPS = 100  # metric window and gradient ring (DESIGN.md §6: "the last 100 steps")
 LAST_SAMPLES = 50
+HEARTBEAT_PERIOD_S = 15.0  # how often the heartbeat thread asks the stall detector
 
 
 @dataclass
@@ -69,6 +71,9 @@ class Diagnosis:
         self.pending: list[Action] = []
         self.executor: Executor = execute
         self._reported_errors: set[str] = set()
+        self._lock = threading.Lock()  # the engine is fed by DIAGNOSE and by the heartbeat thread
+        self._stop_beat = threading.Event()
+        self._beat: threading.Thread | None = None
 
     def attach(self, trainer: Any) -> None:
         """In INIT, once the run is open: findings need its telemetry, snapshots its gradients."""
@@ -80,6 +85,41 @@ class Diagnosis:
         self.gradstats = getattr(trainer.updater, "gradstats", None)
         if self.notifier is None and self.config.enabled:
             self.notifier = Notifier(self.config.policy, run_id=trainer.telemetry.run_id)
+        self._start_heartbeat(trainer)
+
+    def _start_heartbeat(self, trainer: Any, period_s: float | None = None) -> None:
+        """A daemon thread calls ``engine.tick`` so a hung phase is reported (stall detector's
+        heartbeat) even though no DIAGNOSE comes; a paused run counts as alive."""
+        if self.engine is None or self._beat is not None:
+            return
+        period = period_s or HEARTBEAT_PERIOD_S
+        self.engine.touch(time.time())
+
+        def beat() -> None:
+            while not self._stop_beat.wait(period):
+                self.heartbeat(paused=bool(getattr(trainer, "paused", False)))
+
+        self._beat = threading.Thread(target=beat, name="rlcockpit-heartbeat", daemon=True)
+        self._beat.start()
+
+    def heartbeat(self, *, paused: bool = False, now: float | None = None) -> list[FindingRecord]:
+        """One heartbeat check; the findings are stored and announced (no policy action: a hung
+        trainer cannot act, a person has to look)."""
+        now = time.time() if now is None else now
+        with self._lock:
+            if paused:
+                self.engine.touch(now)  # type: ignore[union-attr]
+                return []
+            try:
+                found = self.engine.tick(now)  # type: ignore[union-attr]
+            except Exception as exc:  # fail soft, as in DIAGNOSE
+                log.warning("heartbeat check failed: %s", exc, exc_info=True)
+                return []
+        for f in found:
+            self._record(f)
+            if self.notifier is not None:
+                self.notifier.notify(f)
+        return found
 
     # ------------------------------------------------------------------ DIAGNOSE
 
@@ -93,7 +133,8 @@ class Diagnosis:
         self.history.append((step, dict(metrics)))
         self.step_samples = {step: slim}  # the triggering batch of this step's findings
         try:
-            found = self.engine.observe(step, metrics, samples, wall)
+            with self._lock:
+                found = self.engine.observe(step, metrics, samples, wall)
         except Exception as exc:  # fail soft: diagnostics must never stop training
             log.warning("diagnostics failed at step %d: %s", step, exc, exc_info=True)
             self.telemetry.event(step, "diagnostics_error", {"error": f"{type(exc).__name__}: {exc}"})
@@ -151,6 +192,9 @@ class Diagnosis:
         return sorted({r for det in self.engine.detectors if det.name in firing for r in det.reads})
 
     def close(self) -> None:
+        self._stop_beat.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5)
         if self.notifier is not None:
             self.notifier.close()
 
