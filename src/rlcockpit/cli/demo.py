@@ -4,7 +4,10 @@
 The cockpit server runs in a background thread of the same process (uvicorn on 127.0.0.1) while
 the trainer trains; halfway through, a scripted incident (a fault from :mod:`rlcockpit.faults`,
 ``lr_spike`` by default) breaks the run so a newcomer sees a failure detected, explained and
-snapshotted live. :func:`run_demo` is a plain function so other launchers can call it.
+snapshotted live. The demo creates two users (``demo-operator``, ``demo-approver``,
+:mod:`.demo_users`) and prints their sign-in links; when the incident fires, the terminal prints a
+guide (:mod:`.demo_guide`) to the ticket that undoes it. :func:`run_demo` is a plain function so
+other launchers can call it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ DEFAULT_INCIDENT = "lr_spike"
 # roll back, so the newcomer watches the incident unfold instead of a halted run
 DEMO_ACTIONS = {"yellow": ["alert"], "orange": ["alert", "save_batch"],
                 "red": ["alert", "snapshot"], "black": ["alert", "snapshot"]}
+# the fix's effect is measured this many steps after it is applied: well within the run's second half
+DEMO_EFFECT_STEPS = 10
 COLUMNS = (("reward/mean", "reward"), ("kl/mean", "KL"), ("policy/entropy", "entropy"),
            ("eval/accuracy/math", "math acc (eval)"), ("eval/reward/mean", "eval reward"))
 
@@ -45,6 +50,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--onset", type=int, default=None, help="first faulted step (default: halfway)")
     p.add_argument("--exit-when-done", action="store_true",
                    help="stop the cockpit when training ends (default: keep serving until Ctrl-C)")
+    p.add_argument("--no-users", action="store_true",
+                   help="create no demo users: the cockpit is open for reading and nobody may change anything")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="config overrides, e.g. rollout.batch_size=8 eval.every=0")
     p.set_defaults(func=_command)
@@ -54,13 +61,16 @@ def _command(args: argparse.Namespace) -> int:
     incident = None if args.no_incident else args.incident
     onset = incident_onset(args.steps, args.onset) if incident else None
     server = None if args.no_server else DemoServer(args.store, args.port)
+    people = None
     if server is not None:
         server.start()
         print(f"rlcockpit cockpit: {server.url}  (open it in a browser; live while it trains)",
               flush=True)
+        people = None if args.no_users else _sign_in(server, args.store)
     try:
         result = run_demo(steps=args.steps, store=args.store, seed=args.seed, incident=incident,
-                          onset=onset, dotted=args.overrides)
+                          onset=onset, dotted=args.overrides, url=server.url if server else None,
+                          people=people)
         if server is not None:
             view = "alerts" if incident else "dashboard"
             print(f"This run in the cockpit: {server.url}#/run/{result.run_id}/{view}", flush=True)
@@ -71,6 +81,16 @@ def _command(args: argparse.Namespace) -> int:
         if server is not None:
             server.stop()
     return 0 if result.status in ("finished", "stopped") else 1
+
+
+def _sign_in(server: DemoServer, store: str) -> Any:
+    """Create (or replace) the demo users and print one sign-in link each (demo_users.py)."""
+    from rlcockpit.cli.demo_users import describe, ensure_demo_users
+
+    people = ensure_demo_users(server.opened.control())
+    for line in describe(people, server.url, store):
+        print(line, flush=True)
+    return people
 
 
 def incident_onset(steps: int, onset: int | None) -> int:
@@ -152,19 +172,23 @@ def demo_config(steps: int, store: str, seed: int = 0, overrides: dict[str, Any]
 
 def run_demo(steps: int = DEFAULT_STEPS, store: str = DEFAULT_STORE, seed: int = 0,
              overrides: dict[str, Any] | None = None, console: Any = None,
-             incident: str | None = None, onset: int | None = None, dotted: Sequence[str] = ()
-             ) -> Any:
+             incident: str | None = None, onset: int | None = None, dotted: Sequence[str] = (),
+             url: str | None = None, people: Any = None) -> Any:
     """Train, show a live table, print where the data went; returns the TrainResult. With
-    ``incident`` (a fault name) that fault is injected from step ``onset`` (default: halfway)."""
+    ``incident`` (a fault name) that fault is injected from step ``onset`` (default: halfway) and
+    the incident guide is printed above the table when it is detected; ``url`` (the cockpit) and
+    ``people`` (:class:`~rlcockpit.cli.demo_users.DemoUsers`) make the guide's links and names."""
     from rich.console import Console
     from rich.live import Live
 
     console = console or Console()
+    overrides = dict(overrides or {})
+    overrides["control"] = {"effect_steps": DEMO_EFFECT_STEPS, **overrides.get("control", {})}
     if incident:
-        overrides = {**(overrides or {}), "diagnostics": {"enabled": True,
-                                                          "policy": {"actions": DEMO_ACTIONS}}}
+        overrides["diagnostics"] = {"enabled": True, "policy": {"actions": DEMO_ACTIONS}}
     cfg = demo_config(steps, store, seed, overrides, dotted)
     trainer, fault = _trainer(cfg, incident, incident_onset(steps, onset) if incident else None)
+    guide = _guide(trainer, cfg, url, people, console) if incident else None
     view = DemoView(steps)
     console.print(f"[bold]rlcockpit demo[/]: PPO on the tiny world, {steps} steps, store {store}")
     if fault is not None:
@@ -177,9 +201,24 @@ def run_demo(steps: int = DEFAULT_STEPS, store: str = DEFAULT_STORE, seed: int =
 
         trainer.add_observer(on_step)
         result = trainer.run()
+        if guide is not None:
+            guide.check(trainer)  # a finding of the very last step
     console.print()
     print_where(console, result, cfg)
     return result
+
+
+def _guide(trainer: Any, cfg: Any, url: str | None, people: Any, console: Any) -> Any:
+    """The incident guide as a step hook; it prints through the Live's console, above the table."""
+    from rlcockpit.cli.demo_guide import GuideContext, IncidentGuide
+
+    ctx = GuideContext(url=url, store=cfg.telemetry.store, effect_steps=cfg.control.effect_steps,
+                       operator=people.named("operator") if people else None,
+                       approver=people.named("approver") if people else None)
+    guide = IncidentGuide(ctx, trainer.live.params.as_dict(),
+                          lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False))
+    trainer.add_step_hook(guide)
+    return guide
 
 
 def _trainer(cfg: Any, incident: str | None, onset: int | None) -> tuple[Any, Any]:

@@ -1,0 +1,95 @@
+"""The demo's two people: ``demo-operator`` requests a change, ``demo-approver`` approves it
+(docs/control.md: nobody approves their own ticket, so the story needs two users).
+
+Tokens are printed once and never stored, so a second ``rlcockpit demo`` on the same store cannot
+show the old ones again: it revokes the demo's own users (named ``demo-*`` and created by the demo)
+and adds fresh ones under the next free name (``demo-operator-2``, ...). A store that has any other
+active user is left alone: the demo creates nobody there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEMO_USERS = (("demo-operator", "operator"), ("demo-approver", "approver"))
+CREATED_BY = "demo"
+
+
+@dataclass(frozen=True)
+class DemoUser:
+    name: str
+    role: str
+    token: str
+
+
+@dataclass(frozen=True)
+class DemoUsers:
+    """What :func:`ensure_demo_users` did: ``created`` (with tokens), the demo users it
+    ``replaced`` (revoked), or the ``others`` it found and therefore left alone."""
+
+    created: tuple[DemoUser, ...] = ()
+    replaced: tuple[str, ...] = ()
+    others: tuple[str, ...] = field(default=())
+
+    def named(self, role: str) -> str | None:
+        return next((u.name for u in self.created if u.role == role), None)
+
+
+def _is_demo(user: Any) -> bool:
+    return user.name.startswith("demo-") and user.created_by == CREATED_BY
+
+
+def ensure_demo_users(control_store: Any) -> DemoUsers:
+    """Create the demo users on a store without other users (see the module doc)."""
+    from rlcockpit.control import Users
+
+    users = Users(control_store)
+    everyone = users.list()
+    active = [u for u in everyone if u.revoked_at is None]
+    others = tuple(u.name for u in active if not _is_demo(u))
+    if others:
+        return DemoUsers(others=others)
+    replaced = tuple(u.name for u in active)
+    for name in replaced:
+        users.revoke(name, by=CREATED_BY)
+    taken = {u.name for u in everyone}
+    created = []
+    for base, role in DEMO_USERS:
+        name = free_name(base, taken)
+        _, token = users.add(name, role, by=CREATED_BY)
+        created.append(DemoUser(name, role, token))
+    return DemoUsers(created=tuple(created), replaced=replaced)
+
+
+def free_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base-2``, ``base-3``, ... (user names are unique, revoked ones included)."""
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}-{n}" in taken:
+        n += 1
+    return f"{base}-{n}"
+
+
+def signin_link(url: str, token: str) -> str:
+    """The cockpit URL that signs a browser in. The token sits in the fragment (after ``#``), which
+    a browser never sends to a server: it stays out of request lines, logs and Referer headers."""
+    return f"{url.rstrip('/')}/#/signin?token={token}"
+
+
+def describe(result: DemoUsers, url: str, store: str) -> list[str]:
+    """The lines printed after the cockpit URL."""
+    add = f"rlcockpit users add NAME --role operator --store {store}"
+    if result.others:
+        return [f"This store already has users ({', '.join(result.others)}): the demo creates none. "
+                f"Sign in with your token, or add a user: {add}"]
+    lines = []
+    if result.replaced:
+        lines.append(f"Demo users existed already ({', '.join(result.replaced)}); tokens are shown only once, "
+                     "so they were revoked and replaced (their old links no longer work).")
+    lines.append("Sign in (the token is shown only now; the link stores it in the browser):")
+    lines += [f"  {u.name} ({u.role}): {signin_link(url, u.token)}" for u in result.created]
+    lines.append("  Open the approver link in a private window to approve as a second person.")
+    lines.append(f"  More users: {add}")
+    return lines
