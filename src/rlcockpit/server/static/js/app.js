@@ -9,6 +9,7 @@ import * as i18n from "./i18n.js";
 import { installShortcuts } from "./keys.js";
 import { LiveRun } from "./live.js";
 import * as router from "./router.js";
+import { consumeSigninLink, mountUser } from "./signin.js";
 import { clear, errorState, h, loading } from "./ui.js";
 import "./views/dashboard.js";
 import "./views/samples.js";
@@ -32,6 +33,7 @@ function shell() {
       h("span", { id: "picker-slot" }),
       h("span", { id: "run-header", class: "run-header" }),
       h("span", { class: "spacer" }),
+      h("span", { id: "user-slot" }),
       h("button", { class: "btn lang-toggle", id: "lang-toggle", title: t("header.lang_help"),
         onclick: () => i18n.setLang(i18n.lang() === "zh" ? "en" : "zh"), text: t("header.lang_switch") })),
     h("nav", { class: "tabs", id: "tabs" }),
@@ -143,10 +145,13 @@ function mount(route, viewNode) {
 }
 
 async function main() {
+  consumeSigninLink();  // #/signin?token=… (a sign-in link printed by `rlcockpit demo`)
   for (const path of EXTENSIONS) await import(path);
   shell();
+  mountUser();
   i18n.onLangChange(() => {
     shell();
+    mountUser();
     show();
   });
   router.onViewsChange(() => state.runId !== undefined && document.getElementById("tabs") && renderTabs(router.parseHash()));

@@ -4,6 +4,17 @@ import { api } from "../api.js";
 import { lang, pick, t } from "../i18n.js";
 import { globalHref, registerView, runHref } from "../router.js";
 import { clear, fmt, h, severityBadge, withStates } from "../ui.js";
+import { controlAvailable } from "./control_common.js";
+
+// The live parameter to look at first for a library pattern (the ticket form preselects it; the
+// tickets page prefers undoing the last live change before the incident when there is one).
+const PATTERN_PARAMS = {
+  lr_too_high: "actor_lr", kl_explosion: "actor_lr", kl_token_spike: "actor_lr", update_ratio_out_of_band: "actor_lr",
+  grad_explosion: "grad_clip_actor", kl_monotonic_rise: "kl_coef", too_many_ppo_epochs: "ppo_epochs",
+  clip_frac_out_of_band: "clip_eps", entropy_collapse: "temperature", entropy_blowup: "temperature",
+  reward_scale_spike: "reward_scale", critic_divergence: "critic_lr", length_hacking: "max_new_tokens",
+  truncation_rise: "max_new_tokens",
+};
 
 function evidenceTable(evidence) {
   const entries = Object.entries(evidence || {}).filter(([k]) => !k.endsWith("_zh") && !k.endsWith("_en"));
@@ -39,7 +50,16 @@ function snapshotLinks(runId, snapshots) {
       text: `${t(`snapshot.kind.${s.kind}`) === `snapshot.kind.${s.kind}` ? s.kind : t(`snapshot.kind.${s.kind}`)} @${s.step}` })));
 }
 
-function incidentCard(runId, inc) {
+// "Request a change": the tickets page of this run, its form prefilled from the incident.
+function requestButton(runId, inc) {
+  const param = (inc.patterns || []).map((p) => PATTERN_PARAMS[p]).find(Boolean);
+  const reason = t("alerts.request_reason", { from: inc.first_step, to: inc.last_step, summary: pick(inc, "summary") });
+  const query = { before: inc.first_step, reason, ...(param ? { param } : {}) };
+  return h("a", { class: "btn small primary request-change", href: runHref(runId, "tickets", [], query),
+    title: t("alerts.request_help"), text: t("alerts.request_change") });
+}
+
+function incidentCard(runId, inc, canControl) {
   return h("article", { class: `incident sev-border-${inc.severity}`, dataset: { incident: inc.incident, severity: inc.severity } },
     h("header", { class: "incident-head" }, severityBadge(inc.severity),
       h("b", { class: "incident-summary", text: ` ${pick(inc, "summary")}` }),
@@ -47,6 +67,7 @@ function incidentCard(runId, inc) {
     h("div", { class: "muted", text: `${t("alerts.detectors")}: ${(inc.detectors || []).join(" → ") || "—"}` }),
     libraryLinks(inc.patterns),
     snapshotLinks(runId, inc.snapshots),
+    canControl ? h("div", { class: "request-links" }, requestButton(runId, inc)) : null,
     h("details", {}, h("summary", { text: t("alerts.findings", { n: (inc.findings || []).length }) }),
       h("ul", { class: "findings" }, (inc.findings || []).map(findingItem))));
 }
@@ -54,14 +75,15 @@ function incidentCard(runId, inc) {
 function mount(root, ctx) {
   const body = h("div", { class: "alerts-page", id: "alerts" });
   root.append(body);
-  withStates(body, () => api.incidents(ctx.runId), (res) => {
+  const load = () => Promise.all([api.incidents(ctx.runId), controlAvailable()]);
+  withStates(body, load, ([res, canControl]) => {
     if (!res.items.length) {
       body.append(h("div", { class: "state state-empty", id: "alerts-empty" },
         h("div", { class: "state-title", text: t("alerts.none") }), h("div", { class: "muted", text: t("alerts.none_help") })));
       return;
     }
     const legend = h("div", { class: "sev-legend" }, ["black", "red", "orange", "yellow", "info"].map((s) => [severityBadge(s), " "]));
-    body.append(legend, ...res.items.map((inc) => incidentCard(ctx.runId, inc)));
+    body.append(legend, ...res.items.map((inc) => incidentCard(ctx.runId, inc, canControl)));
   });
   const unsub = ctx.live ? ctx.live.subscribe((m) => {
     if (m.kind === "finding" && !body.querySelector(".new-findings")) {

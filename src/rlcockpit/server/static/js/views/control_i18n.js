@@ -71,6 +71,8 @@ export const EN = {
   "ctl.col_ticket": "Ticket",
   "ctl.col_details": "Details",
   "ctl.audit_empty": "The audit log is empty.",
+  "ctl.prefill_revert": "Prefilled from the incident: {param} was changed at step {step} ({old} → {now}); requesting {old} undoes that change. Another person must approve it.",
+  "ctl.prefill_param": "Prefilled from the incident: {param} is a parameter to look at first; enter the new value.",
 };
 
 export const ZH = {
@@ -142,6 +144,8 @@ export const ZH = {
   "ctl.col_ticket": "工单",
   "ctl.col_details": "详情",
   "ctl.audit_empty": "审计日志为空。",
+  "ctl.prefill_revert": "已按事件预填：{param} 在第 {step} 步被修改（{old} → {now}）；申请改回 {old} 即可撤销该修改。需要另一个人批准。",
+  "ctl.prefill_param": "已按事件预填：建议先检查参数 {param}；请填写新值。",
 };
 
 extend({ en: EN, zh: ZH });

@@ -70,6 +70,14 @@ class TicketsPage {
       h("label", { class: "field" }, t("ctl.param"), select), h("label", { class: "field" }, t("ctl.value"), value),
       h("label", { class: "field" }, t("ctl.reason"), reason),
       h("button", { class: "btn primary", id: "ctl-submit", onclick: submit, text: t("ctl.submit") })), msg);
+    const pre = suggestion(this.ctx.query, live);
+    if (!pre) return;
+    if (pre.param) select.value = pre.param;
+    if (pre.value !== null) value.value = fmtValue(pre.value);
+    reason.value = pre.reason;
+    const note = pre.revert ? t("ctl.prefill_revert", { param: pre.param, step: pre.revert.step, old: fmtValue(pre.revert.old), now: fmtValue(pre.revert.now) })
+      : pre.param && t("ctl.prefill_param", { param: pre.param });
+    if (note) box.insertBefore(h("div", { class: "banner", id: "ctl-prefill", dataset: { param: pre.param }, text: note }), box.children[1]);
   }
 
   commandPanel() {
@@ -147,6 +155,31 @@ class TicketsPage {
       h("td", {}, actions, h("div", { class: "ctl-row-msg error-message" })));
     return tr;
   }
+}
+
+// The form's prefill from an incident's "Request a change" (alerts.js):
+//   #/run/R/tickets?before=<incident's first step>&param=<suggested>&reason=<text>
+// When a live parameter changed at or before that step, the suggestion undoes the last such change
+// (the parameter back to its value before it); otherwise the suggested parameter is only selected.
+export function suggestion(query, live) {
+  if (!query || !(query.has("before") || query.has("param"))) return null;
+  const specs = live.current.specs;
+  const wanted = specs[query.get("param")] ? query.get("param") : null;
+  const before = Number(query.get("before"));
+  const revert = query.has("before") && Number.isFinite(before) ? lastChange(live.history, before, wanted) : null;
+  return { param: revert ? revert.param : wanted, value: revert ? revert.old : null, reason: query.get("reason") || "", revert };
+}
+
+function lastChange(history, before, preferred) {
+  for (let i = history.length - 1; i >= 1; i--) {
+    const [v, prev] = [history[i], history[i - 1]];
+    if (v.step > before) continue;
+    const keys = Object.keys(v.values).filter((k) => v.values[k] !== prev.values[k]);
+    if (!keys.length) continue;
+    const param = keys.includes(preferred) ? preferred : keys[0];
+    return { param, old: prev.values[param], now: v.values[param], step: v.step };
+  }
+  return null;
 }
 
 function effectText(x) {

@@ -1,0 +1,86 @@
+// Sign-in links and the signed-in user in the header (docs/ui.md "Sign-in links", docs/control.md).
+//   #/signin?token=rlc_…[&next=#/run/R/tickets]   stores the token (like the token form), then
+//   replaces the address with `next` (default #/) so the token is neither bookmarked nor shared.
+// The token sits after "#": a browser never sends the fragment to the server.
+import { setToken, TOKEN_KEY } from "./api.js";
+import { t } from "./i18n.js";
+import { clear, h } from "./ui.js";
+import { control, controlAvailable } from "./views/control_common.js";
+
+const DARK_BTN = { background: "#1e293b", color: "#e2e8f0", borderColor: "#334155" };
+
+// Called once before the first route is shown; true when a token was taken from the address.
+export function consumeSigninLink(loc = window.location) {
+  const [path, queryPart = ""] = loc.hash.replace(/^#/, "").split("?");
+  if (path.replace(/\/+$/, "") !== "/signin") return false;
+  const params = new URLSearchParams(queryPart);
+  const token = (params.get("token") || "").trim();
+  if (token) setToken(token);
+  const next = params.get("next") || "";
+  history.replaceState(null, "", `${loc.pathname}${loc.search}${next.startsWith("#/") ? next : "#/"}`);
+  return Boolean(token);
+}
+
+// The header's user slot (#user-slot): "name (role)" with switch-user and sign-out, or a sign-in
+// button. It asks /api/me again only when the stored token changes (the token form, the tickets
+// page) or the header is drawn again (the language toggle).
+const userState = { shown: undefined, timer: null };
+
+export async function mountUser() {
+  if (!(await controlAvailable())) return;
+  userState.shown = undefined;
+  refreshUser();
+  if (!userState.timer) userState.timer = setInterval(refreshUser, 1000);
+}
+
+function refreshUser() {
+  const slot = document.getElementById("user-slot");
+  const token = localStorage.getItem(TOKEN_KEY);
+  if (!slot || token === userState.shown) return;
+  userState.shown = token;
+  renderUser(slot);
+}
+
+async function renderUser(slot) {
+  let me = null;
+  try {
+    me = await control.me();
+  } catch {
+    me = null;  // 401: no token, or a revoked / unknown one
+  }
+  clear(slot);
+  const box = h("span", { class: "hdr-user run-header", id: "hdr-user", dataset: { user: me ? me.name : "" } });
+  if (me && me.name !== "anonymous") {
+    box.append(h("span", { class: "hdr-item", id: "hdr-user-name", title: t("user.signed_in_as") },
+      h("b", { text: me.name }), ` (${t(`role.${me.role}`)})`),
+    button("hdr-switch", t("user.switch"), () => tokenForm(slot)),
+    button("hdr-signout", t("user.sign_out"), () => { setToken(null); location.reload(); }));
+  } else if (me && !me.users_exist) {
+    box.append(h("span", { class: "hdr-item", id: "hdr-user-name", title: t("user.no_users_help"), text: t("user.no_users") }));
+  } else {
+    box.append(h("span", { class: "hdr-item", id: "hdr-user-name", text: t("user.not_signed_in") }),
+      button("hdr-signin", t("user.sign_in"), () => tokenForm(slot)));
+  }
+  slot.append(box);
+}
+
+function button(id, text, onclick) {
+  return h("button", { class: "btn small", id, onclick, text, style: DARK_BTN });
+}
+
+// Paste a token (another person's, in the same browser): the page reloads so the live stream
+// reconnects with it.
+function tokenForm(slot) {
+  const input = h("input", { type: "password", id: "hdr-token", placeholder: t("user.token_placeholder"), autocomplete: "off" });
+  const form = h("form", { class: "hdr-user run-header", id: "hdr-token-form", title: t("user.token_help") }, input,
+    h("button", { class: "btn small", type: "submit", id: "hdr-token-save", text: t("user.use_token"), style: DARK_BTN }),
+    button("hdr-token-cancel", t("user.cancel"), (e) => { e.preventDefault(); renderUser(slot); }));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (!input.value.trim()) return;
+    setToken(input.value.trim());
+    location.reload();
+  });
+  clear(slot).append(form);
+  input.focus();
+}
