@@ -124,7 +124,9 @@ def finished_run(job: Job, out_dir: Path) -> dict[str, Any] | None:
         reader.close()
     if not runs:
         return None
-    return {"run_id": runs[0].run_id, "status": "finished", "wall_s": 0.0, "store": f"sqlite:///{path}"}
+    run = runs[0]
+    wall = (run.ended_at - run.started_at) if run.ended_at and run.started_at else 0.0
+    return {"run_id": run.run_id, "status": "finished", "wall_s": wall, "store": f"sqlite:///{path}"}
 
 
 def run_all(jobs: list[Job], out_dir: Path, workers: int, quick_overrides: Sequence[str],
@@ -243,7 +245,9 @@ def run_peers(python: str | None, streams: list[Path], out: Path) -> dict[str, A
     return json.loads(out.read_text())
 
 
-def score_peer(peer: dict[str, Any], o: Outcome) -> dict[str, Any]:
+def score_peer(peer: dict[str, Any], o: Outcome, healthy_names: set[str] = frozenset()) -> dict[str, Any]:
+    """First alert at or after the onset; ``specific``: ignoring alert types the peer also raises on
+    the healthy runs (a generic alarm that fires on every short run says nothing about the fault)."""
     if "error" in peer:
         return {"error": peer["error"]}
     run = peer["runs"].get(o.job.key, {})
@@ -251,11 +255,23 @@ def score_peer(peer: dict[str, Any], o: Outcome) -> dict[str, Any]:
         return {"error": run.get("error", "no result")}
     alerts = run["alerts"]
     if not o.job.fault:
-        return {"alerts": len(alerts), "critical": sum(1 for a in alerts if str(a[2]).lower().startswith("crit"))}
+        return {"alerts": len(alerts), "critical": sum(1 for a in alerts if str(a[2]).lower().startswith("crit")),
+                "names": sorted({a[1] for a in alerts})}
     onset = o.job.onset or 0
     after = [a for a in alerts if a[0] >= onset]
+    specific = [a for a in after if a[1] not in healthy_names]
     return {"latency": after[0][0] - onset if after else None, "name": after[0][1] if after else "",
+            "specific": specific[0][0] - onset if specific else None,
+            "specific_name": specific[0][1] if specific else "",
             "pre_onset": sum(1 for a in alerts if a[0] < onset)}
+
+
+def healthy_alert_names(peers: dict[str, Any], healthy_keys: list[str]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for p in PEERS:
+        runs = peers.get(p, {}).get("runs", {})
+        out[p] = {a[1] for k in healthy_keys for a in runs.get(k, {}).get("alerts", [])}
+    return out
 
 
 # --------------------------------------------------------------------------- tables
@@ -271,9 +287,13 @@ def _cell_ours(s: dict[str, Any]) -> str:
 def _cell_peer(p: dict[str, Any]) -> str:
     if "error" in p:
         return "n/a"
+    before = f" ({p['pre_onset']} before onset)" if p["pre_onset"] else ""
     if p["latency"] is None:
-        return "missed" + (f" ({p['pre_onset']} before onset)" if p["pre_onset"] else "")
-    return f"+{p['latency']} {p['name']}" + (f" ({p['pre_onset']} before)" if p["pre_onset"] else "")
+        return "missed" + before
+    cell = f"+{p['latency']} {p['name']}"
+    if p["specific"] != p["latency"] or p["specific_name"] != p["name"]:
+        cell += f"; specific: +{p['specific']} {p['specific_name']}" if p["specific"] is not None else "; specific: none"
+    return cell + before
 
 
 def fault_table(rows: list[tuple[Outcome, dict, dict[str, dict]]]) -> list[str]:
@@ -300,7 +320,8 @@ def summary_table(rows: list[tuple[Outcome, dict, dict[str, dict]]]) -> list[str
         for p in PEERS:
             scored = [pp[p] for _, _, pp in items]
             peer_cells.append("n/a" if any("error" in x for x in scored) else
-                              f"{sum(1 for x in scored if x['latency'] is not None)}/{len(items)}")
+                              f"{sum(1 for x in scored if x['latency'] is not None)}/{len(items)} "
+                              f"({sum(1 for x in scored if x['specific'] is not None)}/{len(items)} specific)")
         lines.append(f"| {name} | {', '.join(items[0][0].expected[:3])}{'…' if len(items[0][0].expected) > 3 else ''}"
                      f" | {det}/{len(items)} | {med} | " + " | ".join(peer_cells) + " |")
     return lines
@@ -308,9 +329,10 @@ def summary_table(rows: list[tuple[Outcome, dict, dict[str, dict]]]) -> list[str
 
 def healthy_table(rows: list[tuple[Outcome, dict, dict[str, dict]]]) -> list[str]:
     lines = ["| healthy run | config | yellow | orange | red | black | offline = live | "
-             + " | ".join(f"{p} alerts (critical)" for p in PEERS) + " |", "|" + " --- |" * (7 + len(PEERS))]
+             + " | ".join(f"{p} alerts (critical), types" for p in PEERS) + " |", "|" + " --- |" * (7 + len(PEERS))]
     for o, s, peers in rows:
-        cells = ["n/a" if "error" in peers[p] else f"{peers[p]['alerts']} ({peers[p]['critical']})" for p in PEERS]
+        cells = ["n/a" if "error" in peers[p] else
+                 f"{peers[p]['alerts']} ({peers[p]['critical']}) {', '.join(peers[p]['names'])}" for p in PEERS]
         lines.append(f"| {o.job.key} | {o.job.label} | {s['yellow']} | {s['orange']} | {s['red']} | {s['black']} | "
                      f"{'yes' if same_findings(o) else 'NO'} | " + " | ".join(cells) + " |")
     return lines
@@ -379,12 +401,14 @@ def main(argv: list[str] | None = None) -> int:
 def build_report(outcomes: list[Outcome], peers: dict[str, Any], args: argparse.Namespace,
                  wall: float) -> dict[str, Any]:
     fault_rows, healthy_rows = [], []
+    generic = healthy_alert_names(peers, [o.job.key for o in outcomes if not o.job.fault])
     for o in outcomes:
-        peer_scores = {p: score_peer(peers.get(p, {"error": "missing"}), o) for p in PEERS}
+        peer_scores = {p: score_peer(peers.get(p, {"error": "missing"}), o, generic[p]) for p in PEERS}
         if o.job.fault:
             fault_rows.append((o, score_fault(o, o.live), peer_scores))
         else:
             healthy_rows.append((o, score_healthy(o.live), peer_scores))
+    train = sum(o.wall_s for o in outcomes)
     detected = sum(1 for _, s, _ in fault_rows if s["detected"])
     lats = [s["latency"] for _, s, _ in fault_rows if s["latency"] is not None]
     names = {o.job.fault for o, _, _ in fault_rows}
@@ -400,7 +424,7 @@ def build_report(outcomes: list[Outcome], peers: dict[str, Any], args: argparse.
                                 f"{sum(1 for o in outcomes if o.run_id)}",
         "failed_runs": sorted(o.job.key for o in outcomes if o.status not in ("finished", "stopped")),
         "quick": bool(args.quick), "onset": args.onset, "steps": args.onset + args.after,
-        "wall_time_s": round(wall, 1),
+        "wall_time_s": round(wall, 1), "training_s_total": round(train, 1),
     }
     headline["peers_status"] = {p: peers.get(p, {}).get("error") or f"ok ({peers[p].get('version')})" for p in PEERS}
     for p in PEERS:
@@ -410,12 +434,13 @@ def build_report(outcomes: list[Outcome], peers: dict[str, Any], args: argparse.
             continue
         plat = [x["latency"] for x in scored if x["latency"] is not None]
         headline[f"{p}_detected"] = f"{len(plat)}/{len(scored)}"
+        headline[f"{p}_detected_specific"] = f"{sum(1 for x in scored if x['specific'] is not None)}/{len(scored)}"
         headline[f"{p}_median_latency_steps"] = statistics.median(plat) if plat else None
         headline[f"{p}_healthy_alerts"] = sum(ps[p].get("alerts", 0) for _, _, ps in healthy_rows)
     text = "\n".join([
         f"Measured {time.strftime('%Y-%m-%d')}: {len(fault_rows)} fault runs (onset step {args.onset}, "
-        f"{args.onset + args.after} steps each) and {len(healthy_rows)} healthy runs, {wall / 60:.1f} min on "
-        f"{args.workers} parallel workers.", "",
+        f"{args.onset + args.after} steps each) and {len(healthy_rows)} healthy runs; {train / 60:.0f} min of "
+        f"training summed over the runs, {args.workers} runs in parallel on a shared 2-core machine.", "",
         "### Per fault", "", *summary_table(fault_rows), "",
         "### Healthy runs", "", *healthy_table(healthy_rows), "",
         "### Every fault run", "", *fault_table(fault_rows), ""])
