@@ -24,7 +24,7 @@ def test_demo_serves_the_cockpit_while_it_trains(tmp_path):
     port = free_port()
     uri = f"sqlite:///{tmp_path / 'demo.db'}"
     cmd = [sys.executable, "-m", "rlcockpit", "demo", "--steps", "6", "--port", str(port),
-           "--store", uri, "--exit-when-done", *SMALL]
+           "--store", uri, "--exit-when-done", "--no-users", *SMALL]  # reads without a token
     env = {**os.environ, "COLUMNS": "120"}
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)
