@@ -38,7 +38,9 @@ def register(subparsers: Any) -> None:
         description="Run PPO on the shipped tiny world (offline, CPU) with a live view of reward, KL, "
                     "entropy and validation accuracy, and the web cockpit at http://127.0.0.1:PORT/. "
                     "Halfway through, a scripted incident (a fault injected on purpose) shows a "
-                    "failure detected, explained and snapshotted. Everything is recorded in the store.")
+                    "failure detected, explained and snapshotted; the terminal then prints the fix to try "
+                    "(a ticket requested by demo-operator and approved by demo-approver, whose sign-in "
+                    "links it prints at start). Everything is recorded in the store.")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps (default {DEFAULT_STEPS})")
     p.add_argument("--store", default=DEFAULT_STORE, help=f"store URI (default {DEFAULT_STORE})")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
