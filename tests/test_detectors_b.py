@@ -225,6 +225,41 @@ def test_rm_component_bias_sample_distribution_shift_is_seen_a_step_earlier():
     assert step == 20 and cond.key == "truthfulness" and cond.evidence["ks_p"] < 1e-6
 
 
+def test_rm_component_bias_shift_at_the_first_judged_step_meets_a_clean_sample_pool():
+    # warm-up 8 + recent 2: step 10 is the first judged step; the samples of steps 0-9 must
+    # already be the KS reference (they were not, and a shift exactly there went unseen)
+    rng = np.random.default_rng(3)
+    steps = []
+    for i in range(20):
+        shift = -0.5 if i >= 10 else 0.0
+        comps = [{"helpfulness": float(rng.choice([-1.0, 0.0, 1.0], p=[0.2, 0.5, 0.3])) + shift,
+                  "correctness": float(rng.choice([0.0, 1.0])),
+                  "harmlessness": float(rng.choice([0.0, 0.25]))} for _ in range(32)]
+        metrics = {"reward/std": 0.6, **{f"reward/{c}/mean": float(np.mean([x[c] for x in comps]))
+                                         for c in comps[0]}}
+        steps.append((metrics, [sample(i, j, 0.0, components=c) for j, c in enumerate(comps)]))
+    step, cond = first(make("rm_component_bias"), steps)
+    assert step == 10 and cond.key == "helpfulness" and cond.evidence["ks_p"] < 1e-6
+
+
+def _observe_b(run_name):
+    engine = Engine([registry.get(name)() for name in MINE])
+    samples = load_samples(run_name)
+    findings = []
+    for step, metrics in load_stream(run_name):
+        findings += engine.observe(step, metrics, samples.get(step, ()))
+    return [f for f in findings if f.status != "resolved"]
+
+
+def test_rm_component_bias_fault_run_seed_2_is_orange_at_the_onset():
+    # recorded benchmark run (component_shift: helpfulness -0.5 from step 10); the noisy
+    # reference (robust sd 0.12) keeps the level z below 6 — the sample KS test catches it
+    raised = _observe_b("fault_rm_component_bias_s2")
+    (bias, *_) = [f for f in raised if f.detector == "rm_component_bias"]
+    assert (bias.step, bias.severity, bias.evidence["component"]) == (10, "orange", "helpfulness")
+    assert not [f for f in raised if f.step < 10]
+
+
 # ---------------------------------------------------------------------------- reward_hacking
 
 

@@ -11,9 +11,13 @@ Default thresholds: orange when |z| ≥ ``z_jump`` (6), or when the KS test give
 (1e-6) with D ≥ ``ks_d`` (0.4) and |z| ≥ ``z_jump`` / 2, while the other components stay calm
 (median |z| < ``z_others`` = 2); one condition per component (key = component name). The z scale is never below ``floor_frac``
 (0.1) × the median ``reward/std`` (components share the reward's units), so a near-constant
-component does not alarm on tiny wiggles. The reference freezes while the condition holds.
+component does not alarm on tiny wiggles. The reference freezes while the condition holds. The
+samples are pooled as the KS reference from the first step on (not only once the level is judged),
+so a shift at the end of the warm-up meets a clean pool.
 Calibration: on the recorded healthy tiny-world runs the largest |z| was 4.8 and the smallest KS
-p-value 1.3e-5 (GRPO: 8 prompts per step, so the category mix moves the components).
+p-value 1.5e-5 (GRPO: 8 prompts per step, so the category mix moves the components). The
+rm_component_bias fault run seed 2 (helpfulness −0.5 from step 10; robust sd of the reference 0.12,
+so z only −3.3 to −6) is caught by the KS test at the onset.
 False positives: a real skill change that only one component measures (e.g. the policy learns
 the format all at once: ``reward/format/mean`` jumps to 0); check the component's samples.
 Fix: compare the component's scores on the same samples before and after (the evidence gives
@@ -73,6 +77,12 @@ def component_names(view: StepView) -> list[str]:
     return sorted(out)
 
 
+def _component_values(view: StepView, name: str) -> np.ndarray:
+    values = np.asarray([float(s.components[name]) for s in view.samples
+                         if name in s.components], dtype=float)
+    return values[np.isfinite(values)]
+
+
 @register
 class RMComponentBias(Detector):
     name = "rm_component_bias"
@@ -102,6 +112,7 @@ class RMComponentBias(Detector):
         for name in names:
             cond = self._judge(name, zs, view) if name in zs else None
             self._track(name, cond is not None)
+            self._pool(name, view)
             if cond is not None:
                 out.append(cond)
         return out
@@ -149,17 +160,21 @@ class RMComponentBias(Detector):
 
     def _ks(self, name: str, view: StepView) -> tuple[float, float] | None:
         """KS of this step's component values vs the pooled reference samples (None: no samples)."""
-        values = np.asarray([float(s.components[name]) for s in view.samples
-                             if name in s.components], dtype=float)
-        values = values[np.isfinite(values)]
+        values = _component_values(view, name)
         part = self._parts[name]
         reference = np.concatenate(list(part.pool)) if part.pool else np.empty(0)
-        result = None
         if values.size >= 8 and reference.size >= 8 * self.config.recent:
-            result = ks_test(values, reference)
-        if values.size and not part.firing:
-            part.pool.append(values)
-        return result
+            return ks_test(values, reference)
+        return None
+
+    def _pool(self, name: str, view: StepView) -> None:
+        """Pool this step's samples as reference — from the first step on, not only once the level
+        is judged: a shift right at the end of the warm-up must meet a clean pool (the
+        rm_component_bias fault run, seed 2, onset 10 = the first judged step, was missed when the
+        pool began there), and not while the condition holds (it stays visible)."""
+        values = _component_values(view, name)
+        if values.size and not self._parts[name].firing:
+            self._parts[name].pool.append(values)
 
     def _track(self, name: str, firing: bool) -> None:
         part = self._parts[name]
