@@ -151,6 +151,21 @@ def test_kl_zero_quiet_at_the_start_of_a_run_and_for_small_or_noisy_kl():
     assert fired(make("kl_zero"), crossing) == []
 
 
+def test_kl_zero_floor_is_relative_so_a_small_kl_scale_collapsing_still_fires():
+    # the ref_synced_to_actor fault run, seed 1: pre-onset median 0.007, then ~1e-6
+    rows = [{"kl/mean": v, "kl/token_max": 0.4} for v in noisy(0.007, 10, 0.002)]
+    rows += [{"kl/mean": 1e-6, "kl/token_max": 5e-6}]
+    step, cond = first(make("kl_zero"), rows, "red")
+    assert step == 10 and cond.evidence["collapse"] > 1000
+    # a history that is itself near the zero bound is not a collapse
+    tiny = [{"kl/mean": 3e-4, "kl/token_max": 0.2}] * 10 + [{"kl/mean": 1e-6, "kl/token_max": 5e-6}]
+    assert fired(make("kl_zero"), tiny) == []
+    # nor a drop by less than the collapse factor (the mean alone below eps, 3 steps)
+    shallow = [{"kl/mean": 2e-3}] * 10 + [{"kl/mean": 9e-5}] * 4
+    assert fired(make("kl_zero"), shallow) == []
+    assert fired(make("kl_zero", collapse=10.0), shallow) != []
+
+
 # ---------------------------------------------------------------------------- entropy
 
 
@@ -400,8 +415,10 @@ def test_lr_spike_run_update_ratio_moves_first_then_kl_goes_black():
     assert incident.severity == "black"
 
 
-def test_reference_synced_run_is_caught_by_kl_zero_alone_at_the_onset():
-    raised = _observe("fault_ref_synced_to_actor_s0")
+@pytest.mark.parametrize("run_name", ["fault_ref_synced_to_actor_s0", "fault_ref_synced_to_actor_s1"])
+def test_reference_synced_run_is_caught_by_kl_zero_alone_at_the_onset(run_name):
+    # seed 1 drifted only to a median KL of 0.007 before the onset (the relative floor)
+    raised = _observe(run_name)
     assert [(f.detector, f.step, f.severity) for f in raised] == [("kl_zero", 10, "red")]
 
 

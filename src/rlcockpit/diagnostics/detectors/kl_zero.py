@@ -12,8 +12,11 @@ chance once training has started (healthy tiny-world runs: ≥ 0.13 from step 2 
 enough; that also catches a one-time sync, after which the actor drifts away again at once.
 Default thresholds: ``kl/mean`` below 1e-4 and ``kl/token_max`` below 1e-4 for 1 step → red; when
 the run logs no token maximum (imported runs), ``kl/mean`` alone for 3 steps (the k1 estimate of
-a healthy KL can cross 0). The history must be 10 steps with median > 0.01 nats per sequence,
-so the very start of a run (policy = reference, KL exactly 0) does not fire.
+a healthy KL can cross 0). The history (the last 10 non-zero steps) must show a collapse: its
+median at least ``collapse`` (100) × the current |KL| and above ``floor`` (1e-3 nats per
+sequence, 10 × the zero bound), so the very start of a run (policy = reference, KL ~1e-6) does
+not fire, at any KL scale: the ref_synced_to_actor fault run seed 1 had a pre-onset median of
+0.007 — under the former absolute floor of 0.01 — and KL 1e-6 after.
 The finding stays open (``latch``) for the rest of the run: after a one-time sync the actor drifts
 away again at once and the KL looks healthy — measured against the wrong reference.
 False positives: a policy collapsed to a mode the reference also prefers (only EOS): then the
@@ -45,8 +48,10 @@ class KLZeroConfig(Config):
     window: int = option(10, help="Steps of history before the zeros.", range=(1, 10000))
     latch: bool = option(True, help="Keep the finding open for the rest of the run: after a sync "
                          "the KL looks healthy again, against the wrong reference.")
-    floor: float = option(0.01, help="The history's median KL must exceed this (nats/sequence).",
+    floor: float = option(1e-3, help="The history's median KL must exceed this (nats/sequence).",
                           range=(0.0, 1e6))
+    collapse: float = option(100.0, help="... and be at least this × the current |KL| (a collapse, "
+                             "whatever the run's KL scale).", range=(1.0, 1e12))
 
 
 @register
@@ -85,9 +90,10 @@ class KLZero(Detector):
             return None
         before = float(np.median(self._history.values)) if len(self._history) else 0.0
         needed = cfg.steps if peak is not None else cfg.steps_mean_only
-        if held < needed or before <= cfg.floor:
+        if held < needed or before <= cfg.floor or before < cfg.collapse * abs(kl):
             return None
         evidence = {"kl": kl, "token_max": peak, "median_before": before, "zero_steps": held,
+                    "collapse": before / max(abs(kl), 1e-12),
                     "window": cfg.window, "signal": "KL", "onset_step": self._zero.onset,
                     "hint": "reference model may be a copy of the actor, or the KL code is broken"}
         span = "1 step" if held == 1 else f"{held} steps"
