@@ -326,6 +326,39 @@ def test_stall_quiet_when_learning():
     assert fired(make("stall"), rows) == []
 
 
+def _penalty_rows(coefs, p99=0.3, reward_std=0.6):
+    rows = []
+    for i, (beta, r) in enumerate(zip(coefs, noisy(0.45, len(coefs), 0.1, seed=4), strict=True)):
+        rows.append({"reward/mean": r, "kl/mean": 0.03, "kl/coef": beta, "reward/std": reward_std,
+                     "kl/token_p99": p99 if i else 2e-6})
+    return rows
+
+
+def test_stall_kl_penalty_orange_at_the_step_beta_jumps_and_swamps_the_reward():
+    rows = _penalty_rows([0.05] * 10 + [10.0] * 15)  # the kl_coef_huge fault: β 0.05 -> 10
+    step, cond = first(make("stall"), rows, "orange", "kl_penalty")
+    assert step == 10 and cond.evidence["onset_step"] == 10
+    assert cond.evidence["kl_coef_before"] == 0.05 and cond.evidence["share"] == 5.0
+    assert "KL penalty dominates the reward" in cond.message
+    assert [s for s, conds in run(make("stall"), rows) if conds] == list(range(10, 25))
+
+
+def penalty(det, rows):
+    return [c for c in fired(det, rows) if c.key == "kl_penalty"]  # (a flat window is "flat")
+
+
+def test_stall_kl_penalty_quiet_for_adaptive_beta_small_jumps_and_a_kl_runaway():
+    adaptive = _penalty_rows(list(0.05 * 1.02 ** np.arange(60)))  # ×3 over 60 steps, smoothly
+    assert penalty(make("stall"), adaptive) == []
+    doubled = _penalty_rows([0.05] * 10 + [0.1] * 10, p99=20.0)  # ×2 is not a jump
+    assert penalty(make("stall"), doubled) == []
+    runaway = _penalty_rows([0.05] * 20, p99=60.0)  # lr_spike: β fixed, KL p99 huge
+    assert penalty(make("stall"), runaway) == []
+    mild = _penalty_rows([0.05] * 10 + [0.5] * 10, p99=0.3)  # ×10, but 0.15 per token < 0.6
+    assert penalty(make("stall"), mild) == []
+    assert penalty(make("stall", penalty_share=0.2), mild) != []
+
+
 def test_stall_heartbeat_red_after_silence():
     det = make("stall", heartbeat_s=60)
     assert det.tick(100.0, 50.0) is None
@@ -450,5 +483,16 @@ def test_too_many_epochs_run_is_orange_one_step_after_the_onset_then_kl_climbs()
 def test_huge_kl_coef_run_is_a_stall():
     raised = _observe("fault_kl_coef_huge_s0")
     stall = [f for f in raised if f.detector == "stall"]
-    assert [(f.step, f.severity) for f in stall] == [(50, "yellow")]
-    assert stall[0].evidence["kl_median"] < 0.1
+    # the early sign at the onset (β 0.05 -> 10), then the flat window once it is full
+    assert [(f.step, f.severity, f.evidence["key"]) for f in stall] == \
+        [(10, "orange", "kl_penalty"), (50, "yellow", "flat")]
+    assert stall[1].evidence["kl_median"] < 0.1
+
+
+def test_huge_kl_coef_run_seed_1_is_orange_at_the_onset():
+    raised = _observe("fault_kl_coef_huge_s1")
+    (first_stall, *_) = [f for f in raised if f.detector == "stall"]
+    assert (first_stall.step, first_stall.severity, first_stall.evidence["key"]) == \
+        (10, "orange", "kl_penalty")
+    assert first_stall.evidence["share"] > 2 and first_stall.evidence["signal"] == "KL coefficient"
+    assert not [f for f in raised if f.step < 10]

@@ -1,4 +1,5 @@
-"""Training stall: reward and KL flat for a long time; heartbeat lost (001 Q25).
+"""Training stall: reward and KL flat for a long time; a KL penalty that swamps the reward;
+heartbeat lost (001 Q25).
 
 Failure mode: "a stall is sneakier than a crash" (001 Q25): the run burns compute while nothing
 learns — β so large the policy is pinned to the reference, a reward with no contrast, a learning
@@ -9,18 +10,28 @@ and its level moved less than ``reward_sigmas`` noise standard deviations (media
 ``k`` vs the first ``k``), *and* ``kl/mean`` is flat: relative range < ``kl_range``, or it
 stayed below ``kl_floor``, or it is pinned near 0 — median below ``kl_low`` × target without a
 rising trend ("KL stuck near 0", 001 Q25; the k1 estimate of a pinned KL is noisy around 0, so its
-range is not small). A healthy run's KL rises from 0 with a clear trend. Heartbeat: ``tick()`` with no new step for
-``heartbeat_s`` seconds.
+range is not small). A healthy run's KL rises from 0 with a clear trend. Early sign (key
+"kl_penalty", 001 Q25 / Q12): ``kl/coef`` (β) jumped to ≥ ``penalty_jump`` × its level of the
+steps before, and the per-token penalty β × ``kl/token_p99`` is at least ``penalty_share`` ×
+``reward/std`` — the −β·KL token rewards outweigh the task reward's contrast, so the returns (and
+the policy gradient) mostly say "go back to the reference", before any flat window can show it.
+Heartbeat: ``tick()`` with no new step for ``heartbeat_s`` seconds.
 Default thresholds: window 50 steps, k 10, reward moved < 1 σ (the difference of two medians of
 10 noisy values alone has a spread of ~0.56 σ), KL relative range < 0.2, or KL < 1e-3 nats per
 sequence, or KL median < 0.1 × target with Mann–Kendall p > 0.05 → yellow (key "flat"). Measured
 on the kl_coef_huge fault run (β = 10 from step 10): KL median ≈ 0.05, no trend. Once flagged, the reward must move clearly to clear
-it (hysteresis: 2 σ, p < 0.005), so a stall does not flicker on and off with the noise. No step
-for 600 s → red (key "heartbeat").
-False positives: a run that has converged (reward at its ceiling: the KL still moves then);
+it (hysteresis: 2 σ, p < 0.005), so a stall does not flicker on and off with the noise.
+KL penalty: β ≥ 5 × its median over the 10 steps before the jump and β × KL p99 ≥ 1 × reward/std
+→ orange, from the step of the jump while both hold. Calibration: the recorded healthy runs (β
+fixed or adaptive: the controller moves β by < 1% per step) never jump; β × KL p99 / reward std
+stays ≤ 0.4 on them (and reaches 6 on the lr_spike fault run, where β did not change — hence the
+jump); on the kl_coef_huge fault runs (β 0.05 → 10 at step 10) it is 4–9 from the onset step.
+No step for 600 s → red (key "heartbeat").
+False positives: a run that has converged (reward at its ceiling: the KL still moves then); an
+operator raising β on purpose to rein in a KL runaway (the finding says what it costs);
 slow steps of a big model (raise ``heartbeat_s``; 0 turns the heartbeat off).
 Fix: the "perturbation test" of 001 Q25: lower β or raise the learning rate for a while and watch
-whether reward and KL react; if not, check the reward's variance, the critic's value spread and
+whether reward and KL react (KL penalty: undo the β change, or raise it in small steps); if not, check the reward's variance, the critic's value spread and
 the data pipeline. Heartbeat: look at the trainer's process (hung rollout, dead worker).
 """
 
@@ -53,6 +64,12 @@ class StallConfig(Config):
                            "rising trend (pinned to the reference).", range=(0.0, 1e6))
     target: float = option(1.0, help="KL target (nats per sequence) when kl/target is not logged.",
                            range=(1e-9, 1e6))
+    penalty_jump: float = option(5.0, help="kl/coef at least this × its median of the steps before "
+                                 "counts as a jump.", range=(1.0, 1e12))
+    penalty_share: float = option(1.0, help="... and then the KL penalty dominates when β × "
+                                  "kl/token_p99 ≥ this × reward/std.", range=(0.0, 1e6))
+    penalty_window: int = option(10, help="Steps of kl/coef before a jump (its level).",
+                                 range=(1, 100000))
     heartbeat_s: float = option(600.0, help="Red when no step arrived for this many seconds "
                                 "(0 = off).", range=(0.0, 1e9))
 
@@ -66,7 +83,7 @@ class StallConfig(Config):
 class Stall(Detector):
     name = "stall"
     family = "stall"
-    reads = ("reward/mean", "kl/mean")
+    reads = ("reward/mean", "kl/mean", "kl/coef", "kl/token_p99", "reward/std")
     patterns = ("training_stall", "heartbeat_lost")
     signal = "reward/KL"
     Config = StallConfig
@@ -76,10 +93,44 @@ class Stall(Detector):
         self._reward = Window(self.config.window)
         self._kl = Window(self.config.window)
         self._flat = False
+        self._coef = Window(self.config.penalty_window)  # β before a jump (frozen after it)
+        self._jump_step: int | None = None
 
-    def update(self, view: StepView) -> Condition | object | None:
+    def update(self, view: StepView) -> list[Condition] | object:
         if view.get("reward/mean") is None or view.get("kl/mean") is None:
             return SKIPPED
+        found = [self._penalty(view), self._flatness(view)]
+        return [c for c in found if c is not None]
+
+    def _penalty(self, view: StepView) -> Condition | None:
+        """β jumped and the per-token KL penalty outweighs the reward's spread (key kl_penalty)."""
+        cfg = self.config
+        coef = view.finite("kl/coef")
+        if coef is None:
+            return None
+        before = float(np.median(self._coef.values)) if len(self._coef) >= 3 else None
+        if before is None or coef < cfg.penalty_jump * max(before, 1e-12):
+            self._jump_step = None
+            self._coef.push(coef, view.step)
+            return None
+        self._jump_step = view.step if self._jump_step is None else self._jump_step
+        p99, spread = view.finite("kl/token_p99"), view.finite("reward/std")
+        if p99 is None or spread is None or coef * p99 < cfg.penalty_share * max(spread, 1e-12):
+            return None
+        share = coef * p99 / max(spread, 1e-12)
+        evidence = {"kl_coef": coef, "kl_coef_before": before, "jump": coef / max(before, 1e-12),
+                    "kl_token_p99": p99, "penalty": coef * p99, "reward_std": spread,
+                    "share": share, "share_threshold": cfg.penalty_share,
+                    "signal": "KL coefficient", "onset_step": self._jump_step}
+        return Condition("orange", f"learning will stall: the KL penalty dominates the reward "
+                         f"(β {before:.3g} → {coef:.3g} at step {self._jump_step}; β × KL p99 "
+                         f"{coef * p99:.3g} per token vs reward std {spread:.3g})", evidence,
+                         key="kl_penalty",
+                         message_zh=f"训练将停滞：KL 惩罚压倒了奖励（β 从 {before:.3g} 跳到 "
+                                    f"{coef:.3g}；每 token 惩罚 {coef * p99:.3g}，奖励标准差 "
+                                    f"{spread:.3g}）")
+
+    def _flatness(self, view: StepView) -> Condition | None:
         self._reward.push(view.finite("reward/mean"), view.step)
         self._kl.push(view.finite("kl/mean"), view.step)
         if not (self._reward.full and self._kl.full):
