@@ -1,7 +1,9 @@
 """The newcomer's demo end to end (`rlcockpit demo`, cli/demo_users.py, cli/demo_guide.py): the
 printed sign-in links carry working tokens of the right roles, the incident guide is printed once
-with the fix that undoes the scripted lr_spike, the cockpit keeps serving after training, and a
-second demo on the same store replaces its demo users instead of adding more."""
+with the fix that undoes the scripted lr_spike, following it (a ticket requested by demo-operator,
+approved by demo-approver) gets the change applied and its effect measured within the run, the
+cockpit keeps serving after training, and a second demo on the same store replaces its demo users
+instead of adding more."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ class Demo:
     def __init__(self, tmp_path, port: int, *args: str) -> None:
         cmd = [sys.executable, "-m", "rlcockpit", "demo", "--port", str(port), *args, *SMALL]
         self.proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env={**os.environ, "COLUMNS": "200"})
+                                     text=True, env={**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"})
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -75,6 +77,21 @@ class Demo:
             self.proc.wait(30)
 
 
+def follow_the_guide(port: int, out: str, links: dict) -> int:
+    """What the guide says: request actor_lr = <old value> as the operator, approve as the approver."""
+    run_id = re.search(r"#/run/([^/]+)/tickets", out).group(1)
+    base = f"http://127.0.0.1:{port}/api"
+    req = httpx.post(f"{base}/runs/{run_id}/tickets", timeout=60,
+                     headers={"Authorization": f"Bearer {links['operator'][2]}"},
+                     json={"param": "actor_lr", "value": 5e-05, "reason": "the guide: undo the lr spike"})
+    assert req.status_code == 201, req.text
+    ticket = req.json()["ticket"]["ticket_id"]
+    ok = httpx.post(f"{base}/tickets/{ticket}/approve", json={"comment": "ok"}, timeout=60,
+                    headers={"Authorization": f"Bearer {links['approver'][2]}"})
+    assert ok.status_code == 200, ok.text
+    return ticket
+
+
 def me(port: int, token: str) -> httpx.Response:
     return httpx.get(f"http://127.0.0.1:{port}/api/me", headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
@@ -84,10 +101,12 @@ def me(port: int, token: str) -> httpx.Response:
 def test_demo_links_guide_and_a_second_run(tmp_path):
     uri = f"sqlite:///{tmp_path / 'demo.db'}"
     port = free_port()
-    first = Demo(tmp_path, port, "--steps", "8", "--onset", "4", "--store", uri)
+    first = Demo(tmp_path, port, "--steps", "24", "--onset", "4", "--store", uri)
     try:
-        first.wait_for("Training is over")  # the cockpit keeps serving after training
+        first.wait_for("Fix to try:", timeout=600)
         links = first.links()
+        ticket = follow_the_guide(port, first.out, links)
+        first.wait_for("Training is over")  # the cockpit keeps serving after training
         assert {r: n for r, (n, _, _) in links.items()} == {"operator": "demo-operator", "approver": "demo-approver"}
         for role, (name, link, token) in links.items():
             assert link == f"http://127.0.0.1:{port}/#/signin?token={token}"
@@ -101,6 +120,10 @@ def test_demo_links_guide_and_a_second_run(tmp_path):
         assert "Cause: actor_lr went from 5e-05 to 0.005" in guide  # lr_spike: x100
         assert ("request actor_lr = 5e-05 as demo-operator, approve it as demo-approver; the effect is "
                 "measured 10 steps after it is applied") in guide
+        done = httpx.get(f"http://127.0.0.1:{port}/api/tickets/{ticket}", timeout=30,
+                         headers={"Authorization": f"Bearer {links['approver'][2]}"}).json()["ticket"]
+        assert done["status"] == "evaluated" and done["previous"] == 0.005 and done["value"] == 5e-05
+        assert done["effect"]["windows"]["kl/mean"]["n_after"] >= 1  # the effect, measured within the run
         assert first.interrupt() == 0
     finally:
         first.kill()
