@@ -348,6 +348,60 @@ def test_template_ignores_content_shared_within_one_category():
     assert conditions(make("reward_hacking"), steps) == []
 
 
+def paid_steps(n=20, at=10, paid=(2.5,), per_step=1, reward_scale=1.0, categories=("chat",)):
+    """32 answers per step with bounded rewards (-0.5 / 0 / 1); from ``at``, ``per_step`` of them
+    are the filler paid ``paid`` (the hackable reward model of the kl_coef_zero fault)."""
+    rng = np.random.default_rng(21)
+    steps = []
+    for i in range(n):
+        batch = []
+        for j in range(32):
+            cat = categories[j % len(categories)]
+            if i >= at and j < per_step:
+                text, reward = FILLER, paid[j % len(paid)]
+            else:
+                text, reward = CHAT[int(rng.integers(0, len(CHAT)))], float(rng.choice([-0.5, 0, 1]))
+            batch.append(sample(i, j, reward * reward_scale, text, prompt_id=f"{i}-{j}",
+                                category=cat))
+        steps.append(({"reward/mean": float(np.mean([s.reward for s in batch]))}, batch))
+    return steps
+
+
+def test_paid_template_is_orange_once_two_over_paid_answers_share_it():
+    step, cond = first(make("reward_hacking"), paid_steps(), key="paid")
+    assert step == 11 and cond.severity == "orange"  # 1 filler per step: the second one
+    assert cond.evidence["ngram"] in FILLER and cond.evidence["over_paid"] == 2
+    assert cond.evidence["reference_max"] == 1.0 and cond.evidence["onset_step"] == 10
+    step, cond = first(make("reward_hacking"), paid_steps(per_step=2), key="paid")
+    assert step == 10 and cond.severity == "orange"
+
+
+def test_paid_without_a_shared_template_is_yellow_and_quiet_on_bounded_rewards_and_scaling():
+    # two over-paid answers with nothing in common (e.g. a length bonus): yellow
+    steps = paid_steps(per_step=2)
+    for _, batch in steps[10:]:
+        batch[1] = sample(batch[1].step, 1, 2.5, "Tokyo.", prompt_id=batch[1].prompt_id)
+    step, cond = first(make("reward_hacking"), steps, key="paid")
+    assert step == 10 and cond.severity == "yellow" and cond.evidence["ngram"] is None
+    quiet = [c for c in conditions(make("reward_hacking"), paid_steps(at=10_000)) if c.key == "paid"]
+    assert quiet == []
+    scaled = paid_steps(at=10_000)[:10] + [(m, [sample(b.step, b.sample_id, 20 * b.reward,
+                                                         b.response, prompt_id=b.prompt_id)
+                                                  for b in batch])
+                                           for m, batch in paid_steps(at=10_000)[10:]]
+    assert [c for c in conditions(make("reward_hacking"), scaled) if c.key == "paid"] == []
+
+
+def test_hackable_reward_fault_run_seed_1_is_caught_by_the_paid_template():
+    # recorded benchmark run: beta = 0, filler paid +3 from step 10; one filler per step at first
+    # (steps 10, 12, 13, 14), so the template share and the reward mean barely move for 10 steps
+    raised = [f for f in _observe_b("fault_kl_coef_zero_with_hackable_reward_s1")
+              if f.detector == "reward_hacking"]
+    assert (raised[0].step, raised[0].severity, raised[0].evidence["key"]) == (12, "orange", "paid")
+    assert raised[0].evidence["ngram"] in FILLER and raised[0].evidence["reference_max"] == 1.0
+    assert not [f for f in raised if f.step < 10]
+
+
 def test_reward_hacking_skipped_without_reward_and_samples():
     assert feed(make("reward_hacking"), [({"kl/mean": 1.0}, ())])[0][1] is SKIPPED
 

@@ -13,10 +13,25 @@ responses rose above their share in the reference steps and in the run's first s
 share of responses containing at least one of them (a template often comes in variants, e.g. the
 English and the Chinese filler); and distinct-3 (Li et al. 2016, character trigrams over the
 batch) against its reference median.
+Signal, key "paid" (samples): responses the reward pays more than any response of the reference
+steps — a reward above the largest sample reward of the last ``window`` steps (steps with such
+responses are left out of it) by ``paid_gap`` × their median per-step reward spread, pooled over
+the last ``recent`` steps. A reward model that over-pays a pattern shows it on the first few
+hacked samples, long before they are common enough to move the mean or a template share: in the
+kl_coef_zero_with_hackable_reward fault runs the filler is 1–4 of 32 responses per step for 15
+steps after the onset (reward z ≤ 1.4, template share ≤ 13%), but each one is paid 2.5 where no
+response got more than 1.0 before.
 Default thresholds: "jump" when the reward's z ≥ ``z_jump`` (4) after ``warmup`` (10) steps:
 yellow alone, orange with one co-moving signal (|z| ≥ ``z_co`` = 3), red with two or more; no
 jump is reported when ``reward/std`` grew ≥ ``scale_ratio`` (5)× as well (a reward scale change,
 the ``reward_scale`` detector's finding).
+"paid" after ``paid_warmup`` (5) reference steps: ≥ ``paid_min`` (2) over-paid responses to ≥ 2
+prompts in the last 3 steps → yellow; orange when at least half of them share a character n-gram
+(to ≥ 2 prompts and, in a mix, ≥ 2 categories: a template the reward over-pays). Skipped when the step's reward spread grew ``scale_ratio``× (a scale change).
+Calibration: on the recorded healthy runs (PPO and GRPO, 25–120 steps) no response ever got a
+reward above the largest of the steps before (the tiny world's rewards are bounded), so the rule
+never fired; a reward model with a continuous score that keeps improving would make new maxima,
+hence the gap of 1 reward std and the two responses.
 "template" orange when ≥ ``share_min`` (0.3) of the responses contain a risen n-gram — one whose
 share grew by ≥ max(``share_rise`` = 0.15, 3 × its reference standard deviation) — for
 ``template_steps`` (2) steps, or when distinct-3 falls below ``distinct_ratio`` (0.4) × its
@@ -87,6 +102,13 @@ class RewardHackingConfig(Config):
     max_samples: int = option(128, help="Responses read per step (the first ones).",
                               range=(4, 1_000_000))
     max_chars: int = option(400, help="Characters read per response.", range=(8, 1_000_000))
+    paid_gap: float = option(1.0, help="Paid: a response is over-paid when its reward exceeds the "
+                             "reference steps' largest by this × their median reward spread.",
+                             range=(0.0, 1e6))
+    paid_min: int = option(2, help="Paid: over-paid responses (to different prompts) needed in "
+                           "the last `recent` steps.", range=(1, 1_000_000))
+    paid_warmup: int = option(5, help="Paid: reference steps needed before judging.",
+                              range=(1, 10_000))
 
 
 @register
@@ -106,6 +128,7 @@ class RewardHacking(Detector):
         self._std = Lagged(cfg.window, cfg.recent)
         self._co = {name: Lagged(cfg.window, cfg.recent) for name, _, _ in CO_MOVERS}
         self._template = TemplateWatch(cfg)
+        self._paid = PaidWatch(cfg)
 
     def update(self, view: StepView) -> list[Condition] | object:
         if view.get("reward/mean") is None and not view.samples:
@@ -117,6 +140,9 @@ class RewardHacking(Detector):
         template = self._template.update(view)
         if template is not None:
             out.append(template)
+        paid = self._paid.update(view, self._rescaled())
+        if paid is not None:
+            out.append(paid)
         return out
 
     # ------------------------------------------------------------------ reward jump
@@ -322,3 +348,78 @@ class TemplateWatch:
             zh = f"distinct-3 从 {found['reference_distinct_3']:.3f} 降到 {found['distinct_3']:.3f}"
         return Condition("orange", f"template takeover: {what}", evidence, key="template",
                          message_zh=f"模板接管：{zh}")
+
+
+class PaidWatch:
+    """The "paid" part of :class:`RewardHacking`: responses paid above anything in the reference."""
+
+    def __init__(self, cfg: RewardHackingConfig) -> None:
+        self.cfg = cfg
+        self._max: deque[float] = deque(maxlen=cfg.window)  # per reference step: largest reward
+        self._spread: deque[float] = deque(maxlen=cfg.window)  # ... and the rewards' std
+        self._pool: deque[tuple[int, list]] = deque(maxlen=cfg.recent)  # (step, over-paid)
+
+    def update(self, view: StepView, rescaled: bool) -> Condition | None:
+        samples = [s for s in view.samples[:self.cfg.max_samples] if math.isfinite(s.reward)]
+        if len(samples) < 4:
+            return None
+        rewards = np.asarray([s.reward for s in samples], dtype=float)
+        ready = len(self._max) >= self.cfg.paid_warmup
+        bar = max(self._max) + self.cfg.paid_gap * float(np.median(self._spread)) if ready \
+            else math.inf
+        if ready and float(rewards.std()) >= self.cfg.scale_ratio * float(np.median(self._spread)):
+            rescaled = True  # every reward grew: the reward_scale detector's finding
+        over = [s for s in samples if s.reward > bar] if not rescaled else []
+        if over:
+            self._pool.append((view.step, over))
+        else:  # only steps without over-paid answers become the reference
+            self._pool.append((view.step, []))
+            self._max.append(float(rewards.max()))
+            self._spread.append(float(rewards.std()))
+        return self._judge(bar) if over else None
+
+    def _judge(self, bar: float) -> Condition | None:
+        paid = [s for _, over in self._pool for s in over]
+        prompts = {s.prompt_id or s.prompt for s in paid}
+        if len(paid) < self.cfg.paid_min or len(prompts) < 2:
+            return None
+        gram, users = shared_ngram(paid, self.cfg)
+        if 2 * users < len(paid):  # a common word among many over-paid answers is no template
+            gram, users = None, 0
+        top = sorted(paid, key=lambda s: -s.reward)
+        evidence = {"over_paid": len(paid), "prompts": len(prompts), "bar": bar,
+                    "reference_max": max(self._max), "ngram": gram, "ngram_users": users,
+                    "examples": [{"reward": s.reward, "response": s.response[:200]}
+                                 for s in top[:3]],
+                    "signal": "reward per sample",
+                    "onset_step": next(step for step, over in self._pool if over)}
+        what = f"{len(paid)} responses to {len(prompts)} prompts were paid above {bar:.3g}"
+        if gram is None:
+            return Condition("yellow", f"over-paid responses: {what} (more than any response of "
+                             "the steps before)", evidence, key="paid",
+                             message_zh=f"奖励异常偏高：{len(paid)} 个回答的奖励超过 {bar:.3g}")
+        return Condition("orange", f"over-paid template: {what}, {users} of them sharing "
+                         f"{gram!r}: the reward may pay for a pattern", evidence, key="paid",
+                         message_zh=f"模板被过度奖励：{users} 个高奖励回答共享 {gram!r}，"
+                                    "奖励可能在为某种模式买单")
+
+
+def shared_ngram(samples: Sequence, cfg: RewardHackingConfig) -> tuple[str | None, int]:
+    """The character n-gram (with a letter) shared by the most responses to ≥ 2 prompts — and to
+    ≥ 2 categories when the responses span several: content (a number, "\\boxed") stays with its
+    task, a template crosses tasks (as in :meth:`TemplateWatch._spread`)."""
+    users: dict[str, set[int]] = {}
+    for i, s in enumerate(samples):
+        text = s.response[:cfg.max_chars]
+        for gram in {text[j:j + cfg.ngram] for j in range(len(text) - cfg.ngram + 1)}:
+            users.setdefault(gram, set()).add(i)
+    mixed = len({s.category for s in samples if s.category}) >= 2
+    best, rank = None, (1, 0)
+    for gram, who in sorted(users.items()):  # most users, then most letters, then first in order
+        letters = sum(ch.isalpha() for ch in gram)
+        if (len(who), letters) <= rank or not letters \
+                or len({samples[i].prompt_id or samples[i].prompt for i in who}) < 2:
+            continue
+        if not mixed or len({samples[i].category for i in who if samples[i].category}) >= 2:
+            best, rank = gram, (len(who), letters)
+    return best, (rank[0] if best is not None else 0)
