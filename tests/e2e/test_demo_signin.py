@@ -5,6 +5,8 @@ ticket form prefilled with the change that undoes the live change before the inc
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest import allow_console_error, free_port, wait_for
@@ -76,7 +78,7 @@ def test_the_signin_link_keeps_working_in_chinese(demo, zh_page):
 def test_request_a_change_prefills_the_ticket_form_from_the_incident(demo, page):
     server, run_id, users = demo
     page.goto(signin_link(server.url, users["operator"].token))
-    page.locator("#hdr-user[data-user='demo-operator']").wait_for()
+    page.locator("#chart-reward").wait_for()  # the link's redirect to the newest run is done
     page.goto(f"{server.url}#/run/{run_id}/alerts")
     button = page.locator("article.incident .request-change")
     button.wait_for()
@@ -89,3 +91,25 @@ def test_request_a_change_prefills_the_ticket_form_from_the_incident(demo, page)
     assert reason.startswith("Incident at steps 25–25: ") and "KL stayed above 1.5x target" in reason
     note = page.locator("#ctl-prefill").inner_text()
     assert "actor_lr was changed at step 20 (0.00005 → 0.005)" in note
+
+
+def test_an_old_change_is_not_proposed_as_the_cause(demo, page):
+    """A change long before the incident (outside the 20-step window) is not undone by the
+    prefill; the form only preselects the parameter of the incident's library pattern."""
+    import storekit
+
+    server, _, users = demo
+    uri = server.settings.store
+    _, run_id = storekit.build(Path(uri.removeprefix("sqlite:///")), seed=1)  # a second run, same store
+    control = open_store(uri).control()
+    values = {"actor_lr": 5e-5, "kl_coef": 0.05, "clip_eps": 0.2}
+    control.publish_live_params(LiveParamsRecord(run_id, 0, values, SPECS, "start"))
+    control.publish_live_params(LiveParamsRecord(run_id, 2, {**values, "actor_lr": 1e-4}, SPECS, "ticket:9"))
+    page.goto(signin_link(server.url, users["operator"].token))
+    page.locator("#chart-reward").wait_for()  # the link's redirect to the newest run is done
+    page.goto(f"{server.url}#/run/{run_id}/alerts")
+    page.locator("article.incident .request-change").click()
+    page.locator("#ctl-prefill[data-param='actor_lr']").wait_for()
+    assert page.input_value("#ctl-param") == "actor_lr"  # kl_explosion -> actor_lr
+    assert page.input_value("#ctl-value") == ""
+    assert "is a parameter to look at first" in page.locator("#ctl-prefill").inner_text()

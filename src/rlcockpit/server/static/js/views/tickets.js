@@ -159,8 +159,11 @@ class TicketsPage {
 
 // The form's prefill from an incident's "Request a change" (alerts.js):
 //   #/run/R/tickets?before=<incident's first step>&param=<suggested>&reason=<text>
-// When a live parameter changed at or before that step, the suggestion undoes the last such change
+// When a live parameter changed at most CAUSE_WINDOW steps before that step (a likely cause: the
+// detectors see an lr or KL change within a few steps), the suggestion undoes the last such change
 // (the parameter back to its value before it); otherwise the suggested parameter is only selected.
+// The window keeps a later incident from proposing to undo an earlier fix.
+const CAUSE_WINDOW = 20;
 export function suggestion(query, live) {
   if (!query || !(query.has("before") || query.has("param"))) return null;
   const specs = live.current.specs;
@@ -174,6 +177,7 @@ function lastChange(history, before, preferred) {
   for (let i = history.length - 1; i >= 1; i--) {
     const [v, prev] = [history[i], history[i - 1]];
     if (v.step > before) continue;
+    if (v.step < before - CAUSE_WINDOW) return null;
     const keys = Object.keys(v.values).filter((k) => v.values[k] !== prev.values[k]);
     if (!keys.length) continue;
     const param = keys.includes(preferred) ? preferred : keys[0];
