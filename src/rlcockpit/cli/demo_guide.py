@@ -50,6 +50,7 @@ class IncidentGuide:
         if first is None:
             return False
         self.shown = True
+        trainer.telemetry.flush(timeout=2.0)  # written before the guide's Alerts link can be opened
         same = [f for f in findings if first.incident and f.incident == first.incident] or [first]
         changed = changed_params(self.baseline, trainer.live.params.as_dict())
         for line in guide_lines(same, first, changed, self.ctx, trainer.telemetry.run_id):
@@ -98,9 +99,12 @@ def fix_lines(changed: Mapping[str, tuple[Any, Any]], patterns: tuple[str, ...],
     where = f"Tickets ({ctx.url}#/run/{run_id}/tickets)" if ctx.url else "Tickets"
     who_req = f" as {ctx.operator}" if ctx.operator else ""
     who_ok = f" as {ctx.approver}" if ctx.approver else " as a second person (an approver)"
-    return [f"Cause: {name} went from {_num(old)} to {_num(new)} during the run ({library}).",
-            f"Fix to try: in {where} request {name} = {_num(old)}{who_req}, approve it{who_ok}; "
-            f"the effect is measured {ctx.effect_steps} steps after it is applied (control.effect_steps)."]
+    lines = [f"Cause: {name} went from {_num(old)} to {_num(new)} during the run ({library}).",
+             f"Fix to try: in {where} request {name} = {_num(old)}{who_req}, approve it{who_ok}; "
+             f"the effect is measured {ctx.effect_steps} steps after it is applied (control.effect_steps)."]
+    if ctx.url:
+        lines.append("  (On the Alerts page, 'Request a change' on the incident opens that form prefilled.)")
+    return lines
 
 
 def _num(value: Any) -> str:

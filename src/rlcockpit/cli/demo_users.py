@@ -9,7 +9,7 @@ active user is left alone: the demo creates nobody there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 DEMO_USERS = (("demo-operator", "operator"), ("demo-approver", "approver"))
@@ -30,7 +30,7 @@ class DemoUsers:
 
     created: tuple[DemoUser, ...] = ()
     replaced: tuple[str, ...] = ()
-    others: tuple[str, ...] = field(default=())
+    others: tuple[str, ...] = ()
 
     def named(self, role: str) -> str | None:
         return next((u.name for u in self.created if u.role == role), None)
