@@ -69,6 +69,12 @@ class Outcome:
     live: list[dict[str, Any]] = field(default_factory=list)
     offline: list[dict[str, Any]] = field(default_factory=list)
     expected: tuple[str, ...] = ()
+    rescored: bool = False  # reused run scored by its offline replay (the current detectors)
+
+    @property
+    def scored(self) -> list[dict[str, Any]]:
+        """The findings scored: live, or the offline replay for a re-scored reused run."""
+        return self.offline if self.rescored else self.live
 
 
 # --------------------------------------------------------------------------- jobs
@@ -126,7 +132,8 @@ def finished_run(job: Job, out_dir: Path) -> dict[str, Any] | None:
         return None
     run = runs[0]
     wall = (run.ended_at - run.started_at) if run.ended_at and run.started_at else 0.0
-    return {"run_id": run.run_id, "status": "finished", "wall_s": wall, "store": f"sqlite:///{path}"}
+    return {"run_id": run.run_id, "status": "finished", "wall_s": wall, "store": f"sqlite:///{path}",
+            "reused": True}
 
 
 def run_all(jobs: list[Job], out_dir: Path, workers: int, quick_overrides: Sequence[str],
@@ -152,8 +159,9 @@ def _finding_row(f: Any) -> dict[str, Any]:
             "family": (f.evidence or {}).get("family", ""), "message": f.message}
 
 
-def diagnose(job: Job, info: dict[str, Any]) -> Outcome:
-    """Live findings from the store and an offline replay through a fresh engine."""
+def diagnose(job: Job, info: dict[str, Any], rescore: bool = False) -> Outcome:
+    """Live findings from the store and an offline replay through a fresh engine; ``rescore``: a
+    reused run is scored by the replay (its live findings came from the detectors of its day)."""
     from rlcockpit import faults
     from rlcockpit.config import from_dict
     from rlcockpit.diagnostics.config import DiagnosticsConfig
@@ -162,6 +170,7 @@ def diagnose(job: Job, info: dict[str, Any]) -> Outcome:
 
     out = Outcome(job, run_id=info["run_id"], status=info["status"], wall_s=info["wall_s"], error=info.get("error", ""))
     out.expected = faults.get(job.fault).expected if job.fault else ()
+    out.rescored = bool(rescore and info.get("reused"))
     if not out.run_id:
         return out
     reader = open_store(info["store"], create=False).reader()
@@ -284,6 +293,12 @@ def _cell_ours(s: dict[str, Any]) -> str:
     return f"{first} | {lat}"
 
 
+def _cell_same(o: Outcome) -> str:
+    if o.rescored:  # the live findings are from older detectors: no comparison to make
+        return "re-scored offline"
+    return "yes" if same_findings(o) else "NO"
+
+
 def _cell_peer(p: dict[str, Any]) -> str:
     if "error" in p:
         return "n/a"
@@ -302,7 +317,7 @@ def fault_table(rows: list[tuple[Outcome, dict, dict[str, dict]]]) -> list[str]:
     lines = [head, "|" + " --- |" * (6 + len(PEERS))]
     for o, s, peers in rows:
         lines.append(f"| {o.job.fault} | {o.job.seed} | {_cell_ours(s)} | {s['pre_onset_orange']} | "
-                     f"{'yes' if same_findings(o) else 'NO'} | " + " | ".join(_cell_peer(peers[p]) for p in PEERS) + " |")
+                     f"{_cell_same(o)} | " + " | ".join(_cell_peer(peers[p]) for p in PEERS) + " |")
     return lines
 
 
@@ -334,7 +349,7 @@ def healthy_table(rows: list[tuple[Outcome, dict, dict[str, dict]]]) -> list[str
         cells = ["n/a" if "error" in peers[p] else
                  f"{peers[p]['alerts']} ({peers[p]['critical']}) {', '.join(peers[p]['names'])}" for p in PEERS]
         lines.append(f"| {o.job.key} | {o.job.label} | {s['yellow']} | {s['orange']} | {s['red']} | {s['black']} | "
-                     f"{'yes' if same_findings(o) else 'NO'} | " + " | ".join(cells) + " |")
+                     f"{_cell_same(o)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -361,6 +376,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel runs (default: core count)")
     p.add_argument("--out", type=Path, help="directory for the stores and streams (default: a temp dir)")
     p.add_argument("--reuse", action="store_true", help="keep the finished runs already in --out (resume)")
+    p.add_argument("--rescore", action="store_true", help="with --reuse: score the reused runs by their offline "
+                   "replay through the current detectors (their live findings are from the detectors they ran with)")
     p.add_argument("--peers-python", help="python of .benchvenv-peers (default: ./.benchvenv-peers/bin/python if any)")
     p.add_argument("--docs", type=Path, default=None, help=f"write the tables into this file between markers "
                    f"(default: {DOCS.relative_to(ROOT)} unless --quick)")
@@ -383,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     quick = ("rollout.batch_size=8", "ppo.minibatch_size=8", "rollout.max_new_tokens=12") if args.quick else ()
     print(f"{len(jobs)} runs, {args.workers} in parallel, stores in {out_dir}", file=sys.stderr, flush=True)
     infos = run_all(jobs, out_dir, args.workers, quick, reuse=args.reuse)
-    outcomes = [diagnose(j, infos[j.key]) for j in jobs]
+    outcomes = [diagnose(j, infos[j.key], args.rescore) for j in jobs]
     streams = []
     for o in outcomes:
         if o.run_id:
@@ -405,10 +422,15 @@ def build_report(outcomes: list[Outcome], peers: dict[str, Any], args: argparse.
     for o in outcomes:
         peer_scores = {p: score_peer(peers.get(p, {"error": "missing"}), o, generic[p]) for p in PEERS}
         if o.job.fault:
-            fault_rows.append((o, score_fault(o, o.live), peer_scores))
+            fault_rows.append((o, score_fault(o, o.scored), peer_scores))
         else:
-            healthy_rows.append((o, score_healthy(o.live), peer_scores))
+            healthy_rows.append((o, score_healthy(o.scored), peer_scores))
     train = sum(o.wall_s for o in outcomes)
+    live = [o for o in outcomes if o.run_id and not o.rescored]
+    rescored = [o for o in outcomes if o.rescored]
+    source = (f" {len(live)} runs trained by this invocation are scored by their live findings; {len(rescored)} runs "
+              f"reused from an earlier --out are re-scored by replaying their stored streams through the current "
+              f"detectors (offline)." if rescored else "")
     detected = sum(1 for _, s, _ in fault_rows if s["detected"])
     lats = [s["latency"] for _, s, _ in fault_rows if s["latency"] is not None]
     names = {o.job.fault for o, _, _ in fault_rows}
@@ -420,8 +442,8 @@ def build_report(outcomes: list[Outcome], peers: dict[str, Any], args: argparse.
         "median_latency_steps": statistics.median(lats) if lats else None,
         "healthy_red_or_black": sum(s["red"] + s["black"] for _, s, _ in healthy_rows),
         "healthy_runs": len(healthy_rows),
-        "offline_matches_live": f"{sum(1 for o in outcomes if o.run_id and same_findings(o))}/"
-                                f"{sum(1 for o in outcomes if o.run_id)}",
+        "offline_matches_live": f"{sum(1 for o in live if same_findings(o))}/{len(live)}",
+        "rescored_offline": sorted(o.job.key for o in outcomes if o.rescored),
         "failed_runs": sorted(o.job.key for o in outcomes if o.status not in ("finished", "stopped")),
         "quick": bool(args.quick), "onset": args.onset, "steps": args.onset + args.after,
         "wall_time_s": round(wall, 1), "training_s_total": round(train, 1),
@@ -440,7 +462,7 @@ def build_report(outcomes: list[Outcome], peers: dict[str, Any], args: argparse.
     text = "\n".join([
         f"Measured {time.strftime('%Y-%m-%d')}: {len(fault_rows)} fault runs (onset step {args.onset}, "
         f"{args.onset + args.after} steps each) and {len(healthy_rows)} healthy runs; {train / 60:.0f} min of "
-        f"training summed over the runs, {args.workers} runs in parallel on a shared 2-core machine.", "",
+        f"training summed over the runs, {args.workers} runs in parallel on a shared 2-core machine.{source}", "",
         "### Per fault", "", *summary_table(fault_rows), "",
         "### Healthy runs", "", *healthy_table(healthy_rows), "",
         "### Every fault run", "", *fault_table(fault_rows), ""])

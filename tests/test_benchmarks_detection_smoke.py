@@ -29,3 +29,12 @@ def test_detection_quick_reports_detection_latency_and_quiet_healthy_run(tmp_pat
     text = "\n".join(lines[:-1])
     assert "### Per fault" in text and "| nan_reward | 0 | nonfinite" in text and "healthy-ppo-s0" in text
     assert sorted(p.name for p in tmp_path.glob("*.db")) == ["healthy-ppo-s0.db", "lr_spike-s0.db", "nan_reward-s0.db"]
+    # --reuse --rescore: no training; the stored runs are scored by their offline replay, and say so
+    again = subprocess.run(cmd + ["--reuse", "--rescore"], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    *body, last = again.stdout.strip().splitlines()
+    head2 = json.loads(last)
+    assert head2["rescored_offline"] == ["healthy-ppo-s0", "lr_spike-s0", "nan_reward-s0"]
+    assert head2["offline_matches_live"] == "0/0" and "3 runs reused from an earlier --out" in "\n".join(body)
+    assert "| nan_reward | 0 | nonfinite" in "\n".join(body) and "re-scored offline" in "\n".join(body)
+    assert (head2["faults_detected"], head2["healthy_red_or_black"]) == (head["faults_detected"], 0)
