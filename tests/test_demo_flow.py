@@ -101,16 +101,17 @@ def me(port: int, token: str) -> httpx.Response:
 def test_demo_links_guide_and_a_second_run(tmp_path):
     uri = f"sqlite:///{tmp_path / 'demo.db'}"
     port = free_port()
-    first = Demo(tmp_path, port, "--steps", "24", "--onset", "4", "--store", uri)
+    first = Demo(tmp_path, port, "--steps", "40", "--onset", "4", "--store", uri)
     try:
-        first.wait_for("Fix to try:", timeout=600)
+        first.wait_for("Open the approver link in a private window")
         links = first.links()
-        ticket = follow_the_guide(port, first.out, links)
-        first.wait_for("Training is over")  # the cockpit keeps serving after training
         assert {r: n for r, (n, _, _) in links.items()} == {"operator": "demo-operator", "approver": "demo-approver"}
-        for role, (name, link, token) in links.items():
+        for role, (name, link, token) in links.items():  # (the server now knows both tokens: fast later)
             assert link == f"http://127.0.0.1:{port}/#/signin?token={token}"
             assert me(port, token).json() == {"name": name, "role": role, "users_exist": True}
+        first.wait_for("Fix to try:", timeout=600)
+        ticket = follow_the_guide(port, first.out, links)
+        first.wait_for("Training is over")  # the cockpit keeps serving after training
         assert "Open the approver link in a private window" in first.out
         assert first.out.count("=== Incident detected") == 1
         guide = first.out[first.out.index("=== Incident detected"):]
@@ -123,7 +124,8 @@ def test_demo_links_guide_and_a_second_run(tmp_path):
         done = httpx.get(f"http://127.0.0.1:{port}/api/tickets/{ticket}", timeout=30,
                          headers={"Authorization": f"Bearer {links['approver'][2]}"}).json()["ticket"]
         assert done["status"] == "evaluated" and done["previous"] == 0.005 and done["value"] == 5e-05
-        assert done["effect"]["windows"]["kl/mean"]["n_after"] >= 1  # the effect, measured within the run
+        # measured within the run, control.effect_steps = 10 (the demo's setting) after it was applied
+        assert done["effect"]["effect_steps"] == 10 and done["effect"]["windows"]["kl/mean"]["n_after"] == 10
         assert first.interrupt() == 0
     finally:
         first.kill()
