@@ -175,3 +175,21 @@ def test_no_users_keeps_the_demo_cockpit_open_for_reading(tmp_path):
         assert demo.interrupt() == 0
     finally:
         demo.kill()
+
+
+def test_the_guide_without_a_changed_parameter_points_at_the_library():
+    """An incident no live change explains (e.g. a reward fault): no ticket to propose, the guide
+    names the library entries; without a server it points at `rlcockpit doctor`."""
+    from rlcockpit.cli.demo_guide import GuideContext, changed_params, guide_lines
+    from rlcockpit.records import FindingRecord
+
+    first = FindingRecord(step=7, detector="reward_shape", severity="orange", message="reward shifted left",
+                          evidence={"signal": "reward/mean", "onset_step": 5}, patterns=("reward_left_shift",),
+                          incident="inc-1")
+    assert changed_params({"actor_lr": 5e-5}, {"actor_lr": 5e-5}) == {}
+    lines = guide_lines([first], first, {}, GuideContext(url=None, store="sqlite:///x.db", effect_steps=10), "run-1")
+    assert lines[0] == "=== Incident detected at step 7 (orange) ==="
+    assert "First-moving signal: reward/mean (reward_shape), from step 5" in lines
+    assert "Explain it: rlcockpit doctor --store sqlite:///x.db --run run-1" in lines
+    assert lines[-1] == "Fix to try: see failure library: reward_left_shift (Alerts links the entries)."
+    assert not any("request" in line for line in lines)

@@ -9,12 +9,14 @@ and the effect is measured ``control.effect_steps`` steps after it is applied.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rlcockpit.diagnostics.base import severity_rank
 
+log = logging.getLogger("rlcockpit.demo")
 GUIDE_TITLE = "Incident detected"
 
 
@@ -40,7 +42,10 @@ class IncidentGuide:
         self.shown = False
 
     def __call__(self, trainer: Any, step: int) -> None:  # the step-hook signature
-        self.check(trainer)
+        try:
+            self.check(trainer)
+        except Exception as exc:  # fail soft: a step hook that raises would stop the training
+            log.warning("the demo's incident guide failed at step %d: %s", step, exc, exc_info=True)
 
     def check(self, trainer: Any) -> bool:
         if self.shown:
