@@ -8,6 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from detector_kit import conditions as fired
+from detector_kit import feed as run
+from detector_kit import first
 from rlcockpit.diagnostics import SKIPPED, DiagnosticsConfig, Engine, StepView, group, registry
 from rlcockpit.errors import ConfigError
 from streams import HEALTHY, load_stream
@@ -19,35 +22,6 @@ MINE = ("kl_tiers", "kl_token_spike", "kl_trend", "kl_zero", "entropy", "critic"
 def make(name: str, **overrides):
     cls = registry.get(name)
     return cls(cls.Config(**overrides))
-
-
-def run(det, rows):
-    """Feed ``rows`` (list of metric dicts, step = index); return [(step, [conditions])]."""
-    out = []
-    for step, metrics in enumerate(rows):
-        result = det.update(StepView(step, metrics))
-        if result is SKIPPED:
-            out.append((step, SKIPPED))
-        elif result is None:
-            out.append((step, []))
-        else:
-            out.append((step, [result] if hasattr(result, "severity") else list(result)))
-    return out
-
-
-def first(det, rows, severity=None, key=None):
-    """(step, condition) of the first condition matching severity/key, or (None, None)."""
-    for step, conds in run(det, rows):
-        if conds is SKIPPED:
-            continue
-        for c in conds:
-            if (severity is None or c.severity == severity) and (key is None or c.key == key):
-                return step, c
-    return None, None
-
-
-def fired(det, rows):
-    return [c for _, conds in run(det, rows) if conds is not SKIPPED for c in conds]
 
 
 def noisy(level, n, scale, seed=0):

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from rlcockpit.diagnostics import SKIPPED, Engine, StepView, registry
+from detector_kit import conditions, feed, first
+from rlcockpit.diagnostics import SKIPPED, Engine, registry
 from rlcockpit.diagnostics.detectors._reward_stats import (
     Lagged,
     bimodality_coefficient,
@@ -34,35 +35,6 @@ PARTS = ("Failure mode", "Signal", "Default thresholds", "False positives", "Fix
 def make(name: str, **overrides):
     cls = registry.get(name)
     return cls(cls.Config(**overrides))
-
-
-def feed(det, steps):
-    """Feed ``steps`` (list of (metrics, samples)); return [(step, conditions | SKIPPED)]."""
-    out = []
-    for step, (metrics, samples) in enumerate(steps):
-        result = det.update(StepView(step, metrics, tuple(samples)))
-        if result is SKIPPED:
-            out.append((step, SKIPPED))
-        elif result is None:
-            out.append((step, []))
-        else:
-            out.append((step, [result] if hasattr(result, "severity") else list(result)))
-    return out
-
-
-def first(det, steps, key=None, severity=None):
-    """(step, condition) of the first condition with that key / severity, or (None, None)."""
-    for step, conds in feed(det, steps):
-        if conds is SKIPPED:
-            continue
-        for c in conds:
-            if (key is None or c.key == key) and (severity is None or c.severity == severity):
-                return step, c
-    return None, None
-
-
-def conditions(det, steps):
-    return [c for _, conds in feed(det, steps) if conds is not SKIPPED for c in conds]
 
 
 def metrics_only(rows):
