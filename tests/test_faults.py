@@ -223,3 +223,27 @@ def test_reference_synced_to_the_actor_makes_kl_vanish(tmp_path):
     for step in (4, 5):
         assert abs(m[step]["kl/mean"]) < 1e-3 and m[step]["kl/token_max"] < 1e-3
     assert np.isfinite(m[5]["kl/mean"])
+
+
+def test_a_fault_strikes_once_even_when_a_rollback_replays_its_steps(tmp_path):
+    """After a rollback to a checkpoint before the onset, the replayed steps are not faulted again
+    (the hook runs on the real LiveControl inbox and a real telemetry run)."""
+    from types import SimpleNamespace
+
+    import rlcockpit
+    from rlcockpit.trainer.config import TrainConfig
+    from rlcockpit.trainer.live import LiveControl, LiveParams
+
+    uri = f"sqlite:///{tmp_path}/once.db"
+    run = rlcockpit.init(project="p", store=uri)
+    live = LiveControl(LiveParams.from_config(TrainConfig()))
+    hooks = []
+    trainer = SimpleNamespace(live=live, telemetry=run, add_step_hook=hooks.append)
+    faults.get("lr_spike").with_onset(4).install(trainer)
+    requested = []
+    for step in (1, 2, 3, 4, 5, 2, 3, 4, 5):  # ... a rollback to step 1, then the same steps again
+        hooks[0](trainer, step)
+        requested += live.drain()
+    run.close()
+    assert [r.changes for r in requested] == [{"actor_lr": 100 * live.params.actor_lr}]
+    assert [e.step for e in _events(uri, run.run_id, "fault")] == [4]

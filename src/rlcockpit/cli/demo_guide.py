@@ -109,6 +109,9 @@ def fix_lines(changed: Mapping[str, tuple[Any, Any]], patterns: tuple[str, ...],
              f"the effect is measured {ctx.effect_steps} steps after it is applied (control.effect_steps)."]
     if ctx.url:
         lines.append("  (On the Alerts page, 'Request a change' on the incident opens that form prefilled.)")
+    lines.append("  That stops the cause; to undo the damage too, request a rollback to the last checkpoint "
+                 f"before the incident in the same form (command 'rollback', or `rlcockpit rollback --run "
+                 f"{run_id} --step N`); the fault does not strike again.")
     return lines
 
 

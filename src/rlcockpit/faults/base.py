@@ -123,17 +123,21 @@ class _Injector:
         self.fault = fault
         self.requested: dict[str, Any] = {}
         self.pending: Any = None
+        self.announced = False
 
     def __call__(self, trainer: Trainer, step: int) -> None:
+        # A fault is an event in time: it strikes once. A rollback to a checkpoint before the onset
+        # replays those steps without striking again, as it would after a real one-off mistake.
         fault = self.fault
-        if fault.live is not None and step == fault.onset - 1:
+        if fault.live is not None and step == fault.onset - 1 and not self.requested:
             self.requested = dict(fault.live(trainer.live.params))
             self.pending = trainer.live.request(self.requested, reason=f"fault injection: {fault.name}",
                                                 requested_by=REQUESTER)
         if fault.action is not None and fault.repeat and step > fault.onset:
             fault.action(trainer)
-        if step != fault.onset:
+        if step != fault.onset or self.announced:
             return
+        self.announced = True
         payload = fault.summary()
         if self.requested:
             payload["live"] = self.requested
