@@ -35,7 +35,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
-	cd src && ../$(VENV)/bin/lint-imports ../pyproject.toml
+	cd src && ../$(VENV)/bin/lint-imports ../pyproject.toml --no-cache
 
 test: $(STAMP) $(BROWSER) lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --timeout 900 tests

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_import_contracts_hold():
     exe = Path(sys.executable).with_name("lint-imports")
     proc = subprocess.run(
-        [str(exe), str(ROOT / "pyproject.toml")],
+        [str(exe), str(ROOT / "pyproject.toml"), "--no-cache"],  # a stale cache hid a broken contract
         cwd=ROOT / "src", capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

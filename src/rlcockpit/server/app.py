@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from rlcockpit import __version__
+from rlcockpit._version import __version__
 from rlcockpit.server import handlers
 from rlcockpit.server.responses import json_response
 from rlcockpit.server.routes import diagnostics, library, live, runs, samples

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from rlcockpit import __version__
+from rlcockpit._version import __version__
 from rlcockpit.records import to_dict
 from rlcockpit.server.deps import Reader, Settings, require_viewer
 from rlcockpit.server.handlers import ParameterError
