@@ -1,4 +1,4 @@
-"""`rlcockpit demo` serves the cockpit while it trains: a subprocess runs the demo (6 steps, the
+"""`rlcockpit demo` serves the cockpit while it trains: a subprocess runs the demo (12 steps, the
 scripted incident halfway) and the test reads the API from it during training."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ SMALL = ["rollout.batch_size=8", "ppo.minibatch_size=8", "ppo.epochs=1", "eval.e
 def test_demo_serves_the_cockpit_while_it_trains(tmp_path):
     port = free_port()
     uri = f"sqlite:///{tmp_path / 'demo.db'}"
-    cmd = [sys.executable, "-m", "rlcockpit", "demo", "--steps", "6", "--port", str(port),
+    cmd = [sys.executable, "-m", "rlcockpit", "demo", "--steps", "12", "--port", str(port),
            "--store", uri, "--exit-when-done", "--no-users", *SMALL]  # reads without a token
     env = {**os.environ, "COLUMNS": "120"}
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -36,22 +36,22 @@ def test_demo_serves_the_cockpit_while_it_trains(tmp_path):
             except httpx.HTTPError:
                 runs = []
             seen += [r for r in runs if r["status"] == "running"]
-            time.sleep(0.5)
+            time.sleep(0.2)  # steps are written about once a second: poll often enough to see one
         out = proc.stdout.read()
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, out
-    assert f"http://127.0.0.1:{port}/" in out and "Scripted incident: lr_spike from step 3" in out
+    assert f"http://127.0.0.1:{port}/" in out and "Scripted incident: lr_spike from step 6" in out
     assert seen, "the API never showed the run while it was training"
     assert {r["project"] for r in seen} == {"demo"}
     assert max((r["last_step"] or 0) for r in seen) >= 1  # steps arrived while it trained
     reader = open_store(uri, create=False).reader()
     (run,) = reader.list_runs()
     assert f"http://127.0.0.1:{port}/#/run/{run.run_id}/alerts" in out
-    assert run.status == "finished" and run.last_step == 6
+    assert run.status == "finished" and run.last_step == 12
     events = [(e.step, e.kind) for e in reader.read_events(run.run_id)]
-    assert (3, "fault") in events
+    assert (6, "fault") in events
     assert reader.read_findings(run.run_id), "the incident was not detected"
     reader.close()
 
