@@ -1,7 +1,8 @@
 """Recorded real metric streams of healthy tiny-world runs, for calibrating and testing detectors.
 
-The fixtures in tests/fixtures/streams/ are exports of the lead's recorded runs
-(``rlcockpit export --store sqlite:////work/streams/healthy.db --run RUN --what metrics``), one
+The fixtures in tests/fixtures/streams/ are exports of recorded runs (``rlcockpit train --config
+examples/ppo_tiny.yaml train.steps=120 ...``, then ``rlcockpit export --store sqlite:///healthy.db
+--run RUN --what metrics``; the fault runs come from ``rlcockpit faults run``), one
 JSON object per step ``{"step": N, "metrics": {catalog name: value}}``, gzipped when large.
 NaN and ±inf arrive as the strings "NaN" / "Infinity" / "-Infinity" and are turned back into floats.
 """

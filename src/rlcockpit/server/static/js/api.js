@@ -1,4 +1,4 @@
-// Fetch wrapper for the JSON API (docs: /work/briefs/api.md, docs/ui.md). Every failure becomes an
+// Fetch wrapper for the JSON API (docs: docs/server.md, docs/ui.md). Every failure becomes an
 // ApiError carrying the canonical error shape {code, message, details}, so views can show it.
 
 export const TOKEN_KEY = "rlcockpit.token";
