@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from rlcockpit.trainer.phases import PhaseClock
 from rlcockpit.trainer.rollout import generate, left_pad, response_logits, response_values
 from rlcockpit.trainer.samples import TokenText, build_samples, histogram_values
 from rlcockpit.trainer.setup import Components, build_components
+from rlcockpit.trainer.state import restore_trainer_state, trainer_state
 from rlcockpit.trainer.step import StepState, grpo_advantages, ppo_advantages, shape_rewards
 from rlcockpit.trainer.update import Updater
 
@@ -438,48 +438,8 @@ class Trainer:
     # ------------------------------------------------------------------ state
 
     def state_dict(self) -> dict[str, Any]:
-        c, u = self.c, self.updater
-        return {
-            "run_id": self.telemetry.run_id, "step": self.step, "config": to_dict(self.cfg),
-            "actor_optim": u.actor_opt.optimizer.state_dict(),
-            "critic_optim": u.critic_opt.optimizer.state_dict() if u.critic_opt else None,
-            "kl_controller": c.kl_ctl.state_dict(),
-            "clip_controller": c.clip_ctl.state_dict() if c.clip_ctl else None,
-            "reward_rms": c.reward_rms.state_dict() if c.reward_rms else None,
-            "value_norm": c.value_norm.state_dict() if c.value_norm else None,
-            "live": self.live.params.as_dict(), "data": c.source.state_dict(),
-            "control": self.control.state_dict() if self.control is not None else None,
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                    "rollout": self.rollout_gen.get_state(), "update": u.generator.get_state()},
-            "counters": {"nonfinite_total": self.nonfinite_total, "prev_kl_mean": self.prev_kl_mean,
-                         "skipped_actor": u.actor_opt.skipped_total,
-                         "skipped_critic": u.critic_opt.skipped_total if u.critic_opt else 0},
-        }
+        """Everything an exact resume needs besides the weights (trainer/state.py)."""
+        return trainer_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        c, u = self.c, self.updater
-        self.step = int(state["step"])
-        u.actor_opt.optimizer.load_state_dict(state["actor_optim"])
-        if u.critic_opt is not None:
-            u.critic_opt.optimizer.load_state_dict(state["critic_optim"])
-            c.critic.load_state_dict(torch.load(self.resume_from / "critic.pt", map_location="cpu"))
-        c.kl_ctl.load_state_dict(state["kl_controller"])
-        for obj, key in ((c.clip_ctl, "clip_controller"), (c.reward_rms, "reward_rms"), (c.value_norm, "value_norm")):
-            if obj is not None and state.get(key) is not None:
-                obj.load_state_dict(state[key])
-        self.live.set_params(LiveParams(**state["live"]))
-        if self.control is not None:
-            self.control.restored(state.get("control"))
-        c.source.load_state_dict(state["data"])
-        rng = state["rng"]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        self.rollout_gen.set_state(rng["rollout"])
-        u.generator.set_state(rng["update"])
-        counters = state["counters"]
-        self.nonfinite_total = int(counters["nonfinite_total"])
-        self.prev_kl_mean = float(counters["prev_kl_mean"])
-        u.actor_opt.skipped_total = int(counters["skipped_actor"])
-        if u.critic_opt is not None:
-            u.critic_opt.skipped_total = int(counters["skipped_critic"])
+        restore_trainer_state(self, state)

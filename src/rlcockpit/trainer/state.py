@@ -1,0 +1,64 @@
+"""The trainer's checkpoint state besides the weights (exact resume, in-process rollback)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlcockpit.config import to_dict
+from rlcockpit.trainer.live import LiveParams
+
+
+def trainer_state(t: Any) -> dict[str, Any]:
+    """The trainer's state for a checkpoint: step, optimizers, controllers, live parameters, data
+    cursor, control link, RNG streams and counters."""
+    c, u = t.c, t.updater
+    return {
+        "run_id": t.telemetry.run_id, "step": t.step, "config": to_dict(t.cfg),
+        "actor_optim": u.actor_opt.optimizer.state_dict(),
+        "critic_optim": u.critic_opt.optimizer.state_dict() if u.critic_opt else None,
+        "kl_controller": c.kl_ctl.state_dict(),
+        "clip_controller": c.clip_ctl.state_dict() if c.clip_ctl else None,
+        "reward_rms": c.reward_rms.state_dict() if c.reward_rms else None,
+        "value_norm": c.value_norm.state_dict() if c.value_norm else None,
+        "live": t.live.params.as_dict(), "data": c.source.state_dict(),
+        "control": t.control.state_dict() if t.control is not None else None,
+        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "rollout": t.rollout_gen.get_state(), "update": u.generator.get_state()},
+        "counters": {"nonfinite_total": t.nonfinite_total, "prev_kl_mean": t.prev_kl_mean,
+                     "skipped_actor": u.actor_opt.skipped_total,
+                     "skipped_critic": u.critic_opt.skipped_total if u.critic_opt else 0},
+    }
+
+
+def restore_trainer_state(t: Any, state: dict[str, Any]) -> None:
+    """Load :func:`trainer_state`'s output (exact resume, and the in-process rollback)."""
+    c, u = t.c, t.updater
+    t.step = int(state["step"])
+    u.actor_opt.optimizer.load_state_dict(state["actor_optim"])
+    if u.critic_opt is not None:
+        u.critic_opt.optimizer.load_state_dict(state["critic_optim"])
+        c.critic.load_state_dict(torch.load(t.resume_from / "critic.pt", map_location="cpu"))
+    c.kl_ctl.load_state_dict(state["kl_controller"])
+    for obj, key in ((c.clip_ctl, "clip_controller"), (c.reward_rms, "reward_rms"), (c.value_norm, "value_norm")):
+        if obj is not None and state.get(key) is not None:
+            obj.load_state_dict(state[key])
+    t.live.set_params(LiveParams(**state["live"]))
+    if t.control is not None:
+        t.control.restored(state.get("control"))
+    c.source.load_state_dict(state["data"])
+    rng = state["rng"]
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    t.rollout_gen.set_state(rng["rollout"])
+    u.generator.set_state(rng["update"])
+    counters = state["counters"]
+    t.nonfinite_total = int(counters["nonfinite_total"])
+    t.prev_kl_mean = float(counters["prev_kl_mean"])
+    u.actor_opt.skipped_total = int(counters["skipped_actor"])
+    if u.critic_opt is not None:
+        u.critic_opt.skipped_total = int(counters["skipped_critic"])
