@@ -274,6 +274,9 @@ class Trainer:
             if reason == "periodic":
                 prune(path.parent, self.cfg.checkpoint.keep)
             self.telemetry.checkpoint(step, str(path), reason=reason)
+            # in the store before training goes on: a rollback ticket is validated against the
+            # stored checkpoints (a checkpoint write already takes far longer than this flush)
+            self.telemetry.flush(timeout=2.0)
         self.last_checkpoint = str(path)
         return str(path)
 
