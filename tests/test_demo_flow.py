@@ -193,3 +193,17 @@ def test_the_guide_without_a_changed_parameter_points_at_the_library():
     assert "Explain it: rlcockpit doctor --store sqlite:///x.db --run run-1" in lines
     assert lines[-1] == "Fix to try: see failure library: reward_left_shift (Alerts links the entries)."
     assert not any("request" in line for line in lines)
+
+
+def test_the_guide_names_the_rollback_step_when_a_checkpoint_precedes_the_incident():
+    from rlcockpit.cli.demo_guide import GuideContext, guide_lines
+    from rlcockpit.records import FindingRecord
+
+    first = FindingRecord(step=100, detector="update_ratio", severity="orange", message="ratio jumped",
+                          evidence={"signal": "update ratio", "onset_step": 100}, incident="inc-1")
+    ctx = GuideContext(url="http://127.0.0.1:8765/", store="sqlite:///x.db", effect_steps=10)
+    changed = {"actor_lr": (5e-5, 5e-3)}
+    lines = guide_lines([first], first, changed, ctx, "run-1", rollback=50)
+    assert any("request a rollback to step 50" in line and "rlcockpit rollback --run run-1 --step 50" in line
+               for line in lines)
+    assert not any("rollback" in line for line in guide_lines([first], first, changed, ctx, "run-1"))

@@ -9,6 +9,7 @@ and the effect is measured ``control.effect_steps`` steps after it is applied.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,9 +59,18 @@ class IncidentGuide:
         trainer.telemetry.flush(timeout=2.0)  # written before the guide's Alerts link can be opened
         same = [f for f in findings if first.incident and f.incident == first.incident] or [first]
         changed = changed_params(self.baseline, trainer.live.params.as_dict())
-        for line in guide_lines(same, first, changed, self.ctx, trainer.telemetry.run_id):
+        rollback = rollback_step(trainer, min(f.step for f in same))
+        for line in guide_lines(same, first, changed, self.ctx, trainer.telemetry.run_id, rollback):
             self.print(line)
         return True
+
+
+def rollback_step(trainer: Any, first_step: int) -> int | None:
+    """Step of the newest healthy checkpoint before the incident (what a rollback would load)."""
+    from rlcockpit.trainer.diagnosis import checkpoint_before
+
+    path = checkpoint_before(trainer, first_step)
+    return None if path is None else int(json.loads((path / "meta.json").read_text("utf-8"))["step"])
 
 
 def changed_params(before: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -69,7 +79,7 @@ def changed_params(before: Mapping[str, Any], now: Mapping[str, Any]) -> dict[st
 
 
 def guide_lines(findings: list[Any], first: Any, changed: Mapping[str, tuple[Any, Any]],
-                ctx: GuideContext, run_id: str) -> list[str]:
+                ctx: GuideContext, run_id: str, rollback: int | None = None) -> list[str]:
     from rlcockpit.diagnostics.incidents import group
 
     inc = group(findings)[0]
@@ -80,7 +90,7 @@ def guide_lines(findings: list[Any], first: Any, changed: Mapping[str, tuple[Any
         lines.append(f"Alerts: {ctx.url}#/run/{run_id}/alerts")
     else:
         lines.append(f"Explain it: rlcockpit doctor --store {ctx.store} --run {run_id}")
-    lines += fix_lines(changed, inc.patterns, ctx, run_id)
+    lines += fix_lines(changed, inc.patterns, ctx, run_id, rollback)
     return lines
 
 
@@ -96,7 +106,7 @@ def first_signal(inc: Any) -> str:
 
 
 def fix_lines(changed: Mapping[str, tuple[Any, Any]], patterns: tuple[str, ...], ctx: GuideContext,
-              run_id: str) -> list[str]:
+              run_id: str, rollback: int | None = None) -> list[str]:
     library = f"failure library: {', '.join(patterns)}" if patterns else "the failure library"
     if not changed:
         return [f"Fix to try: see {library} (Alerts links the entries)."]
@@ -109,9 +119,10 @@ def fix_lines(changed: Mapping[str, tuple[Any, Any]], patterns: tuple[str, ...],
              f"the effect is measured {ctx.effect_steps} steps after it is applied (control.effect_steps)."]
     if ctx.url:
         lines.append("  (On the Alerts page, 'Request a change' on the incident opens that form prefilled.)")
-    lines.append("  That stops the cause; to undo the damage too, request a rollback to the last checkpoint "
-                 f"before the incident in the same form (command 'rollback', or `rlcockpit rollback --run "
-                 f"{run_id} --step N`); the fault does not strike again.")
+    if rollback is not None:
+        lines.append(f"  That stops the cause; to undo the damage too, request a rollback to step {rollback} (the "
+                     "last checkpoint before the incident) in the same form (command 'rollback'), or `rlcockpit "
+                     f"rollback --run {run_id} --step {rollback}`; the fault does not strike again.")
     return lines
 
 
