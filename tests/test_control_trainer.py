@@ -291,3 +291,39 @@ def test_a_safety_action_runs_even_when_its_ticket_cannot_be_written(tmp_path):
     [event] = events(cfg, result.run_id, "action")
     assert event.payload["result"]["checkpoint"].endswith("step_0000002") and "ticket_error" in event.payload["result"]
     assert plane.store.list_tickets(run_id=result.run_id) == []
+
+
+def test_the_demo_story_a_rollback_undoes_an_lr_spike_and_it_does_not_strike_again(tmp_path):
+    """lr_spike at step 4 (as in `make demo`), a rollback ticket to the checkpoint at step 2 approved
+    at step 6: the replayed steps train with the old learning rate, the fault does not strike again,
+    and steps 7-8 are exactly those of a twin run that never had the incident (exact restore)."""
+    from rlcockpit import faults
+
+    cfg, store, plane, p = setup(tmp_path, "train.steps=8", "checkpoint.every=2")
+    fault = faults.get("lr_spike").with_onset(4)
+    trainer = fault.apply(Trainer(fault.apply(cfg), control_store=store.control()))
+    ids: dict = {}
+
+    def hook(t, step):
+        if step == 6 and "rb" not in ids:
+            ids["rb"] = plane.tickets.command(p["olga"], t.telemetry.run_id, "rollback", "lr spike",
+                                              {"step": 2}).ticket_id
+            plane.tickets.approve(p["alex"], ids["rb"], "")
+
+    trainer.add_step_hook(hook)
+    result = trainer.run()
+    assert result.status == "finished" and result.step == 8
+    assert plane.store.get_ticket(ids["rb"]).status == "applied"
+    history = plane.store.read_live_params(result.run_id)
+    start, latest = history[0].values["actor_lr"], history[-1].values["actor_lr"]
+    assert any(h.values["actor_lr"] == pytest.approx(100 * start) for h in history)  # it struck
+    assert latest == pytest.approx(start) and "rollback" in history[-1].source
+    assert [e.step for e in events(cfg, result.run_id, "fault")] == [4]  # once, not on the replay
+    (tmp_path / "twin").mkdir()
+    twin_cfg, twin_store, _, _ = setup(tmp_path / "twin", "train.steps=8", "checkpoint.every=2")
+    twin = Trainer(twin_cfg, control_store=twin_store.control()).run()
+    names = ["kl/mean", "policy/entropy", "reward/mean"]
+    after = {n: dict(v) for n, v in series(cfg, result.run_id, names).items()}
+    healthy = {n: dict(v) for n, v in series(twin_cfg, twin.run_id, names).items()}
+    for name in names:
+        assert after[name][8] == pytest.approx(healthy[name][8], rel=1e-5, abs=1e-7), name
