@@ -88,3 +88,13 @@ PEERS_VENV := .benchvenv-peers
 
 bench-detection: $(STAMP) $(PEERS_VENV)/.installed
 	nice -n 10 $(PY) benchmarks/detection.py --peers-python $(PEERS_VENV)/bin/python $(BENCH_ARGS)
+
+# The web cockpit's speed (benchmarks/ui.py: API side on a 100k-step x 1M-sample store, cached in
+# benchmarks/.cache/; live step -> chart in Chromium) and a ticket's measured effect
+# (benchmarks/control_effect.py). Both use the project's own venv and browser.
+.PHONY: bench-ui bench-control
+bench-ui: $(STAMP) $(BROWSER)
+	$(PY) benchmarks/ui.py $(BENCH_ARGS)
+
+bench-control: $(STAMP)
+	$(PY) benchmarks/control_effect.py $(BENCH_ARGS)
