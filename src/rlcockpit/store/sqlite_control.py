@@ -13,7 +13,6 @@ import dataclasses
 import json
 import math
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -26,6 +25,7 @@ from rlcockpit.records import (
     TicketRecord,
     UserRecord,
 )
+from rlcockpit.store.sqlite_conns import ThreadConnections
 
 _USER_COLS = ("user_id", "name", "role", "key_id", "salt", "token_hash", "created_at", "created_by",
               "revoked_at")
@@ -54,21 +54,12 @@ class SqliteControlStore:
     """Implements :class:`rlcockpit.store.base.ControlStore`."""
 
     def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
-        self._connect = connect
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
+        self._conns = ThreadConnections(connect)
 
     # ------------------------------------------------------------------ connections
 
     def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
-        return conn
+        return self._conns.get()
 
     @contextlib.contextmanager
     def _tx(self, action: str) -> Iterator[sqlite3.Connection]:
@@ -88,11 +79,7 @@ class SqliteControlStore:
             raise StoreError(f"control store: {action} failed: {exc}", details={"action": action}) from exc
 
     def close(self) -> None:
-        with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            conn.close()
-        self._local = threading.local()
+        self._conns.close()
 
     # ------------------------------------------------------------------ users
 

@@ -26,6 +26,7 @@ from rlcockpit.store import codec
 from rlcockpit.store import sqlite_rows as rows
 from rlcockpit.store.base import RunSummary, SampleHistogram, SamplePage, SampleQuery, Series
 from rlcockpit.store.downsample import series_rows
+from rlcockpit.store.sqlite_conns import ThreadConnections
 from rlcockpit.store.sqlite_samples import sample_histogram_query, sample_page_query
 
 _RUN_COLUMNS = ("run_id, project, name, status, started_at, ended_at, config, last_step, "
@@ -47,11 +48,10 @@ class SqliteReader:
     """Implements :class:`rlcockpit.store.base.StoreReader` (and ``sample_histogram``)."""
 
     def __init__(self, connect: Callable[[], sqlite3.Connection], *, stale_after_s: float) -> None:
-        self._connect = connect
+        self._conns = ThreadConnections(connect)
         self.stale_after_s = stale_after_s
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
+        self._local = threading.local()  # per-thread query deadline (deadline())
+        self._lock = threading.Lock()  # guards the sample-count cache
         self._counts: dict[int, tuple[tuple, int]] = {}  # run key -> (run version, samples)
 
     # ------------------------------------------------------------------ runs
@@ -347,10 +347,7 @@ class SqliteReader:
         return 1 if at is not None and time.monotonic() > at else 0
 
     def close(self) -> None:
-        with self._lock:
-            for conn in self._all:
-                conn.close()
-            self._all.clear()
+        self._conns.close()
         self._local = threading.local()
 
     # ------------------------------------------------------------------ internals
@@ -416,13 +413,7 @@ class SqliteReader:
                        last_step=last_step, heartbeat_at=heartbeat)
 
     def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
-        return conn
+        return self._conns.get()
 
     def _q(self, sql: str, args: tuple = ()) -> list[tuple]:
         return self._guard(lambda: self._conn().execute(sql, args).fetchall())
