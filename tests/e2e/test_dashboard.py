@@ -70,14 +70,20 @@ def test_a_step_already_shown_is_never_added_twice(fixture_store, serve, page):
     assert 9.0 not in values and values[-1] == 0.9
 
 
-def test_clicking_a_reward_point_opens_that_steps_samples(fixture_store, serve, page):
+def reward_point_on_dashboard(fixture_store, serve, page, step: int) -> tuple[float, float]:
+    """Open the fixture run's dashboard; the page coordinates of the reward chart's point at ``step``."""
     uri, run_id = fixture_store
     server = serve(uri)
     page.goto(f"{server.url}/#/run/{run_id}/dashboard")
     wait_for(lambda: points(page, "reward") == 30, what="the reward chart")
-    pos = page.evaluate("() => window.rlcockpit.dashboard.charts.reward.pixelOf(17)")
+    pos = page.evaluate(f"() => window.rlcockpit.dashboard.charts.reward.pixelOf({step})")
     box = page.locator("#chart-reward").bounding_box()
-    page.mouse.click(box["x"] + pos["x"], box["y"] + pos["y"])
+    return box["x"] + pos["x"], box["y"] + pos["y"]
+
+
+def test_clicking_a_reward_point_opens_that_steps_samples(fixture_store, serve, page):
+    x, y = reward_point_on_dashboard(fixture_store, serve, page, 17)
+    page.mouse.click(x, y)
     page.wait_for_function("() => location.hash.includes('/samples')")
     assert "step_min=17" in page.evaluate("location.hash") and "step_max=17" in page.evaluate("location.hash")
     rows = page.locator("#sample-list tbody tr")
@@ -93,13 +99,8 @@ TOOLTIP = """(id) => [...document.querySelectorAll(`#chart-${id} div`)]
 
 
 def test_zoom_and_tooltip_are_linked_and_annotations_mark_steps(fixture_store, serve, page):
-    uri, run_id = fixture_store
-    server = serve(uri)
-    page.goto(f"{server.url}/#/run/{run_id}/dashboard")
-    wait_for(lambda: points(page, "reward") == 30, what="the reward chart")
-    pos = page.evaluate("() => window.rlcockpit.dashboard.charts.reward.pixelOf(17)")
-    box = page.locator("#chart-reward").bounding_box()
-    page.mouse.move(box["x"] + pos["x"], box["y"] + pos["y"])
+    x, y = reward_point_on_dashboard(fixture_store, serve, page, 17)
+    page.mouse.move(x, y)
     # hovering one chart shows every step chart's values at that step (shared tooltip)
     wait_for(lambda: page.evaluate(TOOLTIP, "kl").startswith("step 17"), what="the KL chart's tooltip")
     assert "moving avg (10)" in page.evaluate(TOOLTIP, "kl") and page.evaluate(TOOLTIP, "grad").startswith("step 17")
@@ -109,7 +110,7 @@ def test_zoom_and_tooltip_are_linked_and_annotations_mark_steps(fixture_store, s
     zoom = "(id) => window.rlcockpit.dashboard.charts[id].chart.getOption().dataZoom[0].start"
     wait_for(lambda: page.evaluate(zoom, "kl") == 50, what="the KL chart to follow the zoom")
     assert page.evaluate(zoom, "grad") == 50
-    page.evaluate(f"""() => window.rlcockpit.charts.annotate("{run_id}",
+    page.evaluate(f"""() => window.rlcockpit.charts.annotate("{fixture_store[1]}",
         [{{step: 12, label: "ticket #7 applied"}}], "tickets")""")
     marks = """(id) => window.rlcockpit.dashboard.charts[id].chart.getOption().series[0].markLine.data
         .filter((m) => m.xAxis !== undefined).map((m) => [m.xAxis, m.name])"""
