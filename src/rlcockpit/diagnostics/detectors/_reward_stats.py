@@ -173,30 +173,35 @@ def ks_test(a: Sequence[float], b: Sequence[float], exact_max: int = 64) -> tupl
     return d, float(min(max(kstwo_sf(d, n_eff), 0.0), 1.0))
 
 
-def skewness(x: Sequence[float]) -> float:
-    """Adjusted Fisher–Pearson sample skewness G1; 0 for fewer than 3 values or no spread."""
+def _centered(x: Sequence[float], min_n: int) -> tuple[np.ndarray, float] | None:
+    """Deviations from the mean and the second central moment; None below ``min_n`` values or
+    without spread (the adjusted moments are then undefined)."""
     a = np.asarray(x, dtype=float)
-    n = a.size
-    if n < 3:
-        return 0.0
+    if a.size < min_n:
+        return None
     d = a - a.mean()
     m2 = float(np.mean(d ** 2))
-    if m2 <= 0.0:
+    return (d, m2) if m2 > 0.0 else None
+
+
+def skewness(x: Sequence[float]) -> float:
+    """Adjusted Fisher–Pearson sample skewness G1; 0 for fewer than 3 values or no spread."""
+    centered = _centered(x, 3)
+    if centered is None:
         return 0.0
+    d, m2 = centered
+    n = d.size
     g1 = float(np.mean(d ** 3)) / m2 ** 1.5
     return g1 * math.sqrt(n * (n - 1)) / (n - 2)
 
 
 def excess_kurtosis(x: Sequence[float]) -> float:
     """Adjusted sample excess kurtosis G2; 0 for fewer than 4 values or no spread."""
-    a = np.asarray(x, dtype=float)
-    n = a.size
-    if n < 4:
+    centered = _centered(x, 4)
+    if centered is None:
         return 0.0
-    d = a - a.mean()
-    m2 = float(np.mean(d ** 2))
-    if m2 <= 0.0:
-        return 0.0
+    d, m2 = centered
+    n = d.size
     g2 = float(np.mean(d ** 4)) / m2 ** 2 - 3.0
     return ((n + 1) * g2 + 6.0) * (n - 1) / ((n - 2) * (n - 3))
 
