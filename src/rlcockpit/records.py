@@ -174,16 +174,18 @@ class Batch:
 def to_dict(record: Any) -> dict[str, Any]:
     """JSON-friendly dict of a record (non-finite floats become None)."""
     out = dataclasses.asdict(record)
-    return {k: _json_safe(v) for k, v in out.items()}
+    return {k: json_safe(v) for k, v in out.items()}
 
 
-def _json_safe(v: Any) -> Any:
+def json_safe(v: Any) -> Any:
+    """Plain JSON data: NaN / ±inf become None (JSON has neither), mappings get string keys,
+    tuples become lists. The one converter of the store, the server and the records."""
     if isinstance(v, float) and not math.isfinite(v):
         return None
-    if isinstance(v, dict):
-        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, Mapping):
+        return {str(k): json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_json_safe(x) for x in v]
+        return [json_safe(x) for x in v]
     return v
 
 
@@ -273,7 +275,7 @@ class AuditEntry:
         """The hashed fields (everything except the hashes themselves)."""
         return {"seq": self.seq, "at": self.at, "actor": self.actor, "action": self.action,
                 "outcome": self.outcome, "run_id": self.run_id, "ticket_id": self.ticket_id,
-                "details": _json_safe(dict(self.details))}
+                "details": json_safe(dict(self.details))}
 
     def chain_hash(self, prev_hash: str) -> str:
         """sha256 over the previous hash and the canonical JSON of :meth:`content`."""

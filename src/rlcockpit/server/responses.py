@@ -14,6 +14,8 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
+from rlcockpit.records import json_safe
+
 
 class SafeJSONResponse(JSONResponse):
     """``json.dumps`` without NaN/Infinity literals; anything non-finite left becomes null."""
@@ -35,16 +37,6 @@ def finite(values: Iterable[float | None]) -> list[float | None]:
     """A number list with NaN and ±inf as None (fast path for series)."""
     isfinite = math.isfinite
     return [v if v is not None and isfinite(v) else None for v in values]
-
-
-def json_safe(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def error_body(code: str, message: str, details: dict | None = None) -> dict:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,6 +23,7 @@ from rlcockpit.records import (
     LiveParamsRecord,
     TicketRecord,
     UserRecord,
+    json_safe,
 )
 from rlcockpit.store.sqlite_conns import ThreadConnections
 
@@ -36,18 +36,8 @@ _AUDIT_COLS = ("seq", "at", "actor", "action", "outcome", "run_id", "ticket_id",
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(_finite(value), ensure_ascii=False, allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    """NaN / inf become None so every stored JSON is strict (and hashes are reproducible)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+    # NaN / inf become None so every stored JSON is strict (and audit hashes are reproducible)
+    return json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False)
 
 
 class SqliteControlStore:
@@ -215,7 +205,7 @@ class SqliteControlStore:
         seq = self._next_seq(conn)
         prev = last[0] if last else AUDIT_GENESIS
         entry = dataclasses.replace(entry, seq=seq, at=entry.at or time.time(), prev_hash=prev,
-                                    details=_finite(dict(entry.details)))
+                                    details=json_safe(dict(entry.details)))
         entry = dataclasses.replace(entry, hash=entry.chain_hash(prev))
         conn.execute(f"INSERT INTO audit ({', '.join(_AUDIT_COLS)}) VALUES ({', '.join('?' * len(_AUDIT_COLS))})",
                      (entry.seq, entry.at, entry.actor, entry.action, entry.outcome, entry.run_id,
