@@ -7,16 +7,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rlcockpit.cli.transfer import add_mapping_arguments, key_map_from_args
+
 EPILOG = """examples:
   rlcockpit doctor --store sqlite:///rlcockpit.db                 (the newest run)
   rlcockpit doctor --store runs.db --run RUN --html report.html --markdown report.md
   rlcockpit doctor --store runs.db --run RUN --json > report.json
   rlcockpit doctor --import trainer_state.json completions/ --store imported.db
+  rlcockpit doctor --import train.jsonl --map Reward=reward/mean --store imported.db
   rlcockpit doctor --store runs.db diagnostics.detectors.kl_tiers.red_ratio=3
 
 Exit code 2 when a red or black finding exists (use it to fail a CI job), 0 otherwise.
 Imported TRL / verl / TensorBoard runs get the same diagnosis: their metric keys are renamed to
-catalog names by the alias table on import (docs/import_export.md)."""
+catalog names by the alias table on import, or by --map / --map-file for a custom trainer
+(docs/import_export.md). The coverage table says which detectors ran, which were skipped, and
+which of the inputs they read the run lacks."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--run", help="run id (default: the newest run in the store)")
     p.add_argument("--import", dest="import_paths", nargs="+", metavar="PATH",
                    help="first import these foreign logs into --store (as `rlcockpit import`)")
+    add_mapping_arguments(p)
     p.add_argument("--config", help="YAML with a `diagnostics:` section (thresholds, disabled)")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--markdown", metavar="FILE", help="also write a Markdown report")
@@ -59,6 +65,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from rlcockpit.store import open_store
 
     config = load_diagnostics_config(args.config, args.overrides)
+    if not args.import_paths and (args.key_map or args.map_file or args.step_key):
+        from rlcockpit.errors import ConfigError
+
+        raise ConfigError("--map, --map-file and --step-key apply to --import PATH; a stored run "
+                          "keeps the names it was imported with (re-import it to remap)")
     run_id = _import(args) if args.import_paths else None
     reader = open_store(args.store, create=False).reader()
     try:
@@ -102,10 +113,17 @@ def _newest_run(reader: Any, store: str) -> str:
 
 
 def _import(args: argparse.Namespace) -> str:
-    from rlcockpit.integrations.importers import new_run_id, read_paths, write_import
+    import sys
+
+    from rlcockpit.integrations.importers import (
+        import_summary,
+        new_run_id,
+        read_paths,
+        write_import,
+    )
     from rlcockpit.store import open_store
 
-    parsed = read_paths(args.import_paths)
+    parsed = read_paths(args.import_paths, key_map=key_map_from_args(args), step_key=args.step_key)
     store = open_store(args.store)
     writer = store.writer()
     try:
@@ -115,6 +133,7 @@ def _import(args: argparse.Namespace) -> str:
     finally:
         writer.close()
         store.close()
+    print("\n".join(import_summary(run.run_id, parsed)), file=sys.stderr)  # stdout may be --json
     return run.run_id
 
 

@@ -29,9 +29,14 @@ IMPORT_EPILOG = """examples:
   rlcockpit import --store runs.db --format verl-rollout rollouts/ --name grpo-7b
   rlcockpit import --store runs.db metrics.jsonl rollouts/        (formats detected per file)
   rlcockpit import --store runs.db --format tensorboard runs/May01_12-00-00_host/
+  rlcockpit import --store runs.db train_log.jsonl --map Reward=reward/mean --map KL_ref=kl/token_mean
+  rlcockpit import --store runs.db fragments.jsonl --step-key episode --map-file my_trainer.yaml
 
-Metric keys are renamed to catalog names through the alias table (docs/import_export.md);
-keys without an alias are kept as import/<source>/<key>. Every file is read and checked before
+Metric keys are renamed to catalog names through the alias table (docs/import_export.md), or
+your own --map / --map-file for a custom trainer (it wins over the table); keys without either
+are kept as import/<source>/<key>. Where only per-token KL and mean lengths were logged, the
+per-sequence KL kl/mean = kl/token_mean x response/length_mean is derived (never over a logged
+kl/mean) and the summary says so. Every file is read and checked before
 anything is written: a malformed file stops the import with exit code 2 and no run is created."""
 
 
@@ -70,7 +75,27 @@ def _register_import(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--project", default="imported", help="project of the new run (default: imported)")
     p.add_argument("--name", default=None, help="name of the new run (default: the first PATH's name)")
     p.add_argument("--run-id", default=None, help="id of the new run (default: a fresh imp-... id)")
+    add_mapping_arguments(p)
     p.set_defaults(func=cmd_import)
+
+
+def add_mapping_arguments(p: argparse.ArgumentParser) -> None:
+    """--map, --map-file and --step-key (shared with `rlcockpit doctor --import`)."""
+    p.add_argument("--map", dest="key_map", action="append", default=[],
+                   metavar="FOREIGN_KEY=CATALOG_NAME",
+                   help="store a foreign key under a catalog name, e.g. KL_ref=kl/token_mean "
+                        "(repeatable; wins over the alias table)")
+    p.add_argument("--map-file", default=None, metavar="FILE.yaml",
+                   help="YAML mapping of foreign keys to catalog names (--map entries win)")
+    p.add_argument("--step-key", default=None, metavar="KEY",
+                   help="the key that holds the step in flat JSON logs (e.g. episode)")
+
+
+def key_map_from_args(args: argparse.Namespace) -> dict[str, str]:
+    """The checked user map of --map / --map-file (an unknown catalog name fails here)."""
+    from rlcockpit.integrations.keymap import build_key_map
+
+    return build_key_map(args.key_map, args.map_file)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -104,7 +129,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     from rlcockpit.store import open_store
 
-    parsed = read_paths(args.paths, fmt=args.fmt, source=args.source)  # validate before writing
+    parsed = read_paths(args.paths, fmt=args.fmt, source=args.source,  # validate before writing
+                        key_map=key_map_from_args(args), step_key=args.step_key)
     store = open_store(args.store)
     writer, reader = store.writer(), store.reader()
     try:
@@ -122,16 +148,6 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _print_summary(run_id: str, parsed) -> None:
-    names = {n for _, n in parsed.metrics}
-    foreign = sorted(n for n in names if n.startswith("import/"))
-    print(f"imported run {run_id}: {len(parsed.steps)} steps, {len(names)} metrics "
-          f"({len(names) - len(foreign)} catalog, {len(foreign)} under import/), "
-          f"{len(parsed.samples)} samples from {len(parsed.files)} files "
-          f"[{', '.join(sorted(parsed.sources))}]")
-    if parsed.skipped:
-        print(f"  skipped non-numeric values: {dict(sorted(parsed.skipped.items()))}")
-    for path, reason in parsed.ignored_files.items():
-        print(f"  ignored {path}: {reason.removeprefix(path + ': ')}")
-    if parsed.unstored_sample_keys:
-        print(f"  sample fields with no place in a sample record (listed in the run config): "
-              f"{', '.join(sorted(parsed.unstored_sample_keys))}")
+    from rlcockpit.integrations.importers import import_summary
+
+    print("\n".join(import_summary(run_id, parsed)))

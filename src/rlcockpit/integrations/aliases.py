@@ -80,12 +80,18 @@ ALIASES: tuple[Alias, ...] = (
     Alias("trl-grpo", "frac_reward_zero_std", "reward/frac_zero_std_groups", _GRPO_GEN),
     Alias("trl-grpo", "rewards/{component}/mean", "reward/{component}/mean", _GRPO_GEN,
           "one per reward function, named after the function"),
-    Alias("trl-grpo", "kl", "kl/token_mean", _GRPO_LOSS, "k3 estimator, mean over completion tokens"),
+    Alias("trl-grpo", "rewards/{component}", "reward/{component}/mean", _GRPO_GEN,
+          "older TRL (0.14-0.15): the same per-function mean, logged without `/mean`"),
+    Alias("trl-grpo", "kl", "kl/token_mean", _GRPO_LOSS,
+          "k3 estimator vs the reference, mean over completion tokens (older TRL averaged per "
+          "sequence first)"),
     Alias("trl-grpo", "entropy", "policy/entropy", _GRPO_LOSS),
     Alias("trl-grpo", "clip_ratio/region_mean", "policy/clip_frac", _GRPO_LOSS,
           "only tokens where the clip is active (ratio out of range on the advantage's side)"),
     Alias("trl-grpo", "clip_ratio", "policy/clip_frac", _GRPO_LOSS, "older TRL and the Liger loss"),
     Alias("trl-grpo", "completions/mean_length", "response/length_mean", _GRPO_GEN),
+    Alias("trl-grpo", "completion_length", "response/length_mean", _GRPO_GEN,
+          "older TRL (0.14-0.15) name of `completions/mean_length`"),
     Alias("trl-grpo", "completions/max_length", "response/length_max", _GRPO_GEN),
     Alias("trl-grpo", "completions/clipped_ratio", "response/truncated_frac", _GRPO_GEN,
           "share of completions that hit the length limit without EOS"),
@@ -111,12 +117,16 @@ ALIASES: tuple[Alias, ...] = (
     # --- verl ----------------------------------------------------------------------------
     Alias("verl", "actor/pg_loss", "policy/loss", _VERL_ACTOR),
     Alias("verl", "actor/entropy", "policy/entropy", _VERL_ACTOR),
+    Alias("verl", "actor/entropy_loss", "policy/entropy", _VERL_ACTOR,
+          "older verl: despite the name it IS the masked mean token entropy (the actor loss "
+          "subtracts entropy_coeff times it); newer verl logs the same value as `actor/entropy`"),
     Alias("verl", "actor/ppo_kl", "policy/approx_kl", _VERL_ACTOR, "k1 estimator (old - new logprob)"),
     Alias("verl", "actor/pg_clipfrac", "policy/clip_frac", _VERL_ACTOR),
     Alias("verl", "actor/grad_norm", "grad/norm/actor", _VERL_ACTOR),
     Alias("verl", "actor/kl_loss", "kl/token_mean", _VERL_ACTOR, "GRPO-style KL loss, aggregated by loss_agg_mode"),
     Alias("verl", "actor/kl_coef", "kl/coef", _VERL_ACTOR, "KL-loss coefficient"),
-    Alias("verl", "actor/reward_kl_penalty", "kl/token_mean", _VERL_KL, "KL-in-reward variant"),
+    Alias("verl", "actor/reward_kl_penalty", "kl/token_mean", _VERL_KL,
+          "KL-in-reward variant: token KL averaged per sequence, then over the batch"),
     Alias("verl", "actor/reward_kl_penalty_coeff", "kl/coef", _VERL_KL, "KL-in-reward variant"),
     Alias("verl", "actor/lr", "optim/lr/actor", _VERL_WORKER),
     Alias("verl", "critic/vf_loss", "value/loss", _VERL_CRITIC),
@@ -125,11 +135,15 @@ ALIASES: tuple[Alias, ...] = (
     Alias("verl", "critic/lr", "optim/lr/critic", _VERL_WORKER),
     Alias("verl", "critic/vf_explained_var", "value/explained_var", _VERL_DATA),
     Alias("verl", "critic/values/mean", "value/mean", _VERL_DATA),
+    Alias("verl", "critic/vpred_mean", "value/mean", _VERL_CRITIC,
+          "the critic's predictions during the update (mean over minibatches), not at rollout; "
+          "used when `critic/values/mean` is absent"),
     Alias("verl", "critic/score/mean", "reward/mean", _VERL_DATA,
           "sequence score before the in-reward KL penalty (`critic/rewards/*` is after it)"),
     Alias("verl", "critic/score/max", "reward/max", _VERL_DATA),
     Alias("verl", "critic/score/min", "reward/min", _VERL_DATA),
-    Alias("verl", "critic/advantages/mean", "advantage/mean", _VERL_DATA),
+    Alias("verl", "critic/advantages/mean", "advantage/mean", _VERL_DATA,
+          "after whitening; `critic/advantages/max|min` have no catalog name and stay under import/"),
     Alias("verl", "critic/returns/mean", "returns/mean", _VERL_DATA),
     Alias("verl", "response_length/mean", "response/length_mean", _VERL_DATA),
     Alias("verl", "response_length/max", "response/length_max", _VERL_DATA),
@@ -249,18 +263,26 @@ def _priority(key: str, source: str) -> int:
     return len(ALIASES)
 
 
-def rename_keys(keys: Iterable[str], source: str) -> dict[str, str]:
-    """foreign key -> stored name for one step's keys. When two keys map to the same catalog name
-    (e.g. verl's ``actor/kl_loss`` and ``actor/reward_kl_penalty``), the earlier alias row wins and
-    the other key is kept under ``import/<source>/<key>``: no value is lost or silently replaced."""
-    return dict(_rename(frozenset(keys), source))
+def rename_keys(keys: Iterable[str], source: str,
+                user_map: Mapping[str, str] | None = None) -> dict[str, str]:
+    """foreign key -> stored name for one step's keys.
+
+    ``user_map`` (foreign key as logged -> catalog name, from ``--map``) is the user's word and
+    wins over the alias table. When two keys map to the same catalog name (e.g. verl's
+    ``actor/kl_loss`` and ``actor/reward_kl_penalty``), the user's key, then the earlier alias row
+    wins and the other key is kept under ``import/<source>/<key>``: no value is lost or silently
+    replaced."""
+    return dict(_rename(frozenset(keys), source, tuple(sorted((user_map or {}).items()))))
 
 
 @lru_cache(maxsize=1024)  # consecutive steps of a log almost always carry the same keys
-def _rename(keys: frozenset[str], source: str) -> tuple[tuple[str, str], ...]:
-    out: list[tuple[str, str]] = []
-    used: set[str] = set()
-    for key in sorted(keys, key=lambda k: (_priority(k, source), k)):
+def _rename(keys: frozenset[str], source: str, user_map: tuple[tuple[str, str], ...]
+            ) -> tuple[tuple[str, str], ...]:
+    mapped = dict(user_map)
+    out = [(key, mapped[key]) for key in sorted(keys) if key in mapped]
+    used = {name for _, name in out}
+    rest = (k for k in keys if k not in mapped)
+    for key in sorted(rest, key=lambda k: (_priority(k, source), k)):
         name = import_name(key, source)
         if name in used:
             name = f"{IMPORT_PREFIX}{source}/{key}"
@@ -269,9 +291,10 @@ def _rename(keys: frozenset[str], source: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def map_keys(values: Mapping[str, float], source: str) -> dict[str, float]:
+def map_keys(values: Mapping[str, float], source: str,
+             user_map: Mapping[str, str] | None = None) -> dict[str, float]:
     """One step's foreign metrics under their stored names (see :func:`rename_keys`)."""
-    return {name: values[key] for key, name in rename_keys(values, source).items()}
+    return {name: values[key] for key, name in rename_keys(values, source, user_map).items()}
 
 
 def detect_source(keys: Iterable[str]) -> str | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,15 @@ from rlcockpit.integrations.importers import (
     trl_completions,
     verl_rollout,
 )
-from rlcockpit.integrations.importers._base import ParsedImport, SampleNumbering, fail, iter_jsonl
+from rlcockpit.integrations.importers._base import (
+    SEQUENCE_KL_FORMULA,
+    ParsedImport,
+    SampleNumbering,
+    derive_sequence_kl,
+    fail,
+    iter_jsonl,
+)
+from rlcockpit.integrations.keymap import check_key_map
 from rlcockpit.records import Batch, RunInfo
 from rlcockpit.store.base import StoreReader, StoreWriter
 
@@ -40,7 +48,7 @@ FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
 BATCH_RECORDS = 20_000  # records per write transaction: bounded memory in SQLite, few commits
 
 __all__ = ["FORMATS", "ParsedImport", "detect_format", "ensure_new_run_id", "expand_paths",
-           "new_run_id", "read_paths", "write_import"]
+           "import_summary", "new_run_id", "read_paths", "write_import"]
 
 
 def _natural_key(path: Path) -> tuple[Any, ...]:
@@ -73,8 +81,9 @@ def expand_paths(paths: Sequence[str | Path]) -> list[tuple[Path, bool]]:
     return out
 
 
-def detect_format(path: Path) -> str:
-    """The format of one file, from its name and first record; raises when nothing matches."""
+def detect_format(path: Path, step_key: str | None = None) -> str:
+    """The format of one file, from its name and first record; raises when nothing matches.
+    ``step_key`` (``--step-key``) lets a flat log whose step has another name be recognised."""
     if tensorboard.sniff(path):
         return "tensorboard"
     if path.suffix == ".parquet":
@@ -86,10 +95,11 @@ def detect_format(path: Path) -> str:
         return "rlcockpit"
     if verl_rollout.sniff(path):
         return "verl-rollout"
-    if jsonl_logger.sniff(path):
+    if jsonl_logger.sniff(path, step_key):
         return "jsonl-logger"
     raise fail(path, "", "matches no known format (looked at its name and first line)",
-               f"Pass --format, one of {', '.join(FORMATS)}")
+               f"Pass --format, one of {', '.join(FORMATS)} (a flat JSON log whose step is under "
+               "another key: --step-key KEY)")
 
 
 def _check_first_line(path: Path) -> None:
@@ -127,33 +137,48 @@ def _check_tensorboard_dirs(files: list[tuple[Path, str]]) -> None:
         )
 
 
-def _reader(fmt: str, numbering: SampleNumbering) -> Callable[[Path, str | None], ParsedImport]:
+def _reader(fmt: str, numbering: SampleNumbering, source: str | None, key_map: Mapping[str, str],
+            step_key: str | None) -> Callable[[Path], ParsedImport]:
     if fmt == "trl-completions":
-        return lambda p, s: trl_completions.read_file(p, s, numbering)
+        return lambda p: trl_completions.read_file(p, source, numbering)
     if fmt == "verl-rollout":
-        return lambda p, s: verl_rollout.read_file(p, s, numbering)
-    return {"jsonl-logger": jsonl_logger.read_file, "tensorboard": tensorboard.read_file,
-            "rlcockpit": rlcockpit_files.read_file}[fmt]
+        return lambda p: verl_rollout.read_file(p, source, numbering)
+    if fmt == "jsonl-logger":
+        return lambda p: jsonl_logger.read_file(p, source, key_map=key_map, step_key=step_key)
+    if fmt == "tensorboard":
+        return lambda p: tensorboard.read_file(p, source, key_map=key_map)
+    return lambda p: rlcockpit_files.read_file(p, source)
 
 
 def read_paths(paths: Sequence[str | Path], fmt: str | None = None,
-               source: str | None = None) -> ParsedImport:
-    """Read and check every file; nothing is written. ``source`` forces the alias table used for
-    metric keys (one of :data:`rlcockpit.integrations.aliases.SOURCES`), else it is detected."""
+               source: str | None = None, *, key_map: Mapping[str, str] | None = None,
+               step_key: str | None = None) -> ParsedImport:
+    """Read and check every file; nothing is written.
+
+    ``source`` forces the alias table used for metric keys (one of
+    :data:`rlcockpit.integrations.aliases.SOURCES`), else it is detected. ``key_map`` is the
+    user's own map (foreign key -> catalog name, see :mod:`rlcockpit.integrations.keymap`; it
+    wins over the alias table); ``step_key`` names the step of flat JSON logs that keep it under
+    another key. Afterwards ``kl/mean`` is derived where only per-token KL and lengths were logged
+    (:func:`~rlcockpit.integrations.importers._base.derive_sequence_kl`).
+    """
     if fmt is not None and fmt not in FORMATS:
         raise ConfigError(f"unknown import format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if source is not None and source not in SOURCES:
         raise ConfigError(f"unknown source {source!r}; choose one of {', '.join(SOURCES)}")
-    files, ignored = _choose_files(expand_paths(paths), fmt)
+    key_map = check_key_map(key_map or {})
+    files, ignored = _choose_files(expand_paths(paths), fmt, step_key)
     _check_tensorboard_dirs(files)
-    parsed, numbering = ParsedImport(ignored_files=ignored), SampleNumbering()
+    parsed = ParsedImport(ignored_files=ignored, key_map=dict(key_map), step_key=step_key)
+    numbering = SampleNumbering()
     for path, file_format in files:
-        parsed.merge(_reader(file_format, numbering)(path, source))
+        parsed.merge(_reader(file_format, numbering, source, key_map, step_key)(path))
     _check_sample_ids(parsed)
+    derive_sequence_kl(parsed)
     return parsed
 
 
-def _choose_files(candidates: list[tuple[Path, bool]], fmt: str | None
+def _choose_files(candidates: list[tuple[Path, bool]], fmt: str | None, step_key: str | None = None
                   ) -> tuple[list[tuple[Path, str]], dict[str, str]]:
     """(file, format) to read, and the files of a folder that are left out, with the reason.
 
@@ -164,10 +189,10 @@ def _choose_files(candidates: list[tuple[Path, bool]], fmt: str | None
     files, ignored = [], {}
     for path, explicit in candidates:
         if explicit:
-            files.append((path, fmt or detect_format(path)))
+            files.append((path, fmt or detect_format(path, step_key)))
             continue
         try:
-            detected = detect_format(path)
+            detected = detect_format(path, step_key)
         except ImportFormatError as exc:
             ignored[str(path)] = exc.message
             continue
@@ -210,9 +235,42 @@ def import_config(parsed: ParsedImport) -> dict[str, Any]:
         "skipped_values": dict(sorted(parsed.skipped.items())),
         "unstored_sample_keys": sorted(parsed.unstored_sample_keys),
         "ignored_files": parsed.ignored_files,
+        "key_map": dict(sorted(parsed.key_map.items())),
+        "step_key": parsed.step_key,
+        "derived": {name: {"steps": count, "formula": DERIVED_FORMULAS.get(name, "")}
+                    for name, count in sorted(parsed.derived.items())},
         "imported_at": time.time(),
         "rlcockpit_version": __version__,
     }}
+
+
+DERIVED_FORMULAS = {"kl/mean": SEQUENCE_KL_FORMULA}
+
+
+def import_summary(run_id: str, parsed: ParsedImport) -> list[str]:
+    """The lines `rlcockpit import` prints: counts, what was mapped, derived, skipped, ignored."""
+    names = {n for _, n in parsed.metrics}
+    foreign = sorted(n for n in names if n.startswith("import/"))
+    lines = [f"imported run {run_id}: {len(parsed.steps)} steps, {len(names)} metrics "
+             f"({len(names) - len(foreign)} catalog, {len(foreign)} under import/), "
+             f"{len(parsed.samples)} samples from {len(parsed.files)} files "
+             f"[{', '.join(sorted(parsed.sources))}]"]
+    if parsed.key_map:
+        lines.append("  mapped by --map: " + ", ".join(f"{k} -> {v}" for k, v in
+                                                       sorted(parsed.key_map.items())))
+    if parsed.step_key:
+        lines.append(f"  step read from {parsed.step_key!r}")
+    for name, count in sorted(parsed.derived.items()):
+        lines.append(f"  derived {name} on {count} steps: {DERIVED_FORMULAS.get(name, name)} "
+                     f"(per-sequence KL from per-token KL; never over a logged {name})")
+    if parsed.skipped:
+        lines.append(f"  skipped non-numeric values: {dict(sorted(parsed.skipped.items()))}")
+    for path, reason in parsed.ignored_files.items():
+        lines.append(f"  ignored {path}: {reason.removeprefix(path + ': ')}")
+    if parsed.unstored_sample_keys:
+        lines.append("  sample fields with no place in a sample record (listed in the run config): "
+                     + ", ".join(sorted(parsed.unstored_sample_keys)))
+    return lines
 
 
 def _batches(parsed: ParsedImport) -> list[Batch]:

@@ -40,6 +40,9 @@ class ParsedImport:
     skipped: Counter[str] = field(default_factory=Counter)
     unstored_sample_keys: set[str] = field(default_factory=set)
     ignored_files: dict[str, str] = field(default_factory=dict)  # path -> why it was left out
+    derived: dict[str, int] = field(default_factory=dict)  # derived catalog name -> steps
+    key_map: dict[str, str] = field(default_factory=dict)  # the user's --map, as applied
+    step_key: str | None = None  # the user's --step-key, as applied
 
     def add_metric(self, step: int, name: str, value: float, wall_time: float = 0.0) -> None:
         """Last write wins for a repeated (step, name), as in TensorBoard and the file loggers."""
@@ -57,6 +60,8 @@ class ParsedImport:
         self.skipped.update(other.skipped)
         self.unstored_sample_keys |= other.unstored_sample_keys
         self.ignored_files.update(other.ignored_files)
+        for name, count in other.derived.items():
+            self.derived[name] = self.derived.get(name, 0) + count
 
     @property
     def steps(self) -> list[int]:
@@ -64,21 +69,53 @@ class ParsedImport:
 
 
 def add_foreign_steps(parsed: ParsedImport, rows: Mapping[int, Mapping[str, tuple[float, float]]],
-                      source: str | None) -> str:
-    """Rename foreign keys per step through the alias table and add them to ``parsed``.
+                      source: str | None, key_map: Mapping[str, str] | None = None) -> str:
+    """Rename foreign keys per step through the user's ``key_map`` and the alias table and add
+    them to ``parsed``.
 
     ``rows`` maps step -> {foreign key: (value, wall time)}. Without ``source`` it is detected from
-    the keys (see :func:`detect_source`); returns the source used.
+    the keys the user did not map (see :func:`detect_source`); returns the source used.
     """
+    key_map = key_map or {}
     if source is None:
-        source = detect_source({k for values in rows.values() for k in values}) or UNKNOWN_SOURCE
+        keys = {k for values in rows.values() for k in values if k not in key_map}
+        source = detect_source(keys) or UNKNOWN_SOURCE
     for step in sorted(rows):
         values = rows[step]
-        for key, name in rename_keys(values, source).items():
+        for key, name in rename_keys(values, source, key_map).items():
             value, wall_time = values[key]
             parsed.add_metric(step, name, value, wall_time)
     parsed.sources.add(source)
     return source
+
+
+SEQUENCE_KL = "kl/mean"
+TOKEN_KL = "kl/token_mean"
+LENGTH_MEAN = "response/length_mean"
+SEQUENCE_KL_FORMULA = f"{SEQUENCE_KL} = {TOKEN_KL} x {LENGTH_MEAN}"
+
+
+def derive_sequence_kl(parsed: ParsedImport) -> int:
+    """Add the per-sequence KL ``kl/mean`` = ``kl/token_mean`` x ``response/length_mean`` on every
+    step where both were logged and ``kl/mean`` was not; returns the number of steps.
+
+    TRL, verl and OpenRLHF log the KL vs the reference per token, while the KL detectors read the
+    per-sequence sum (DESIGN.md §4). The product is exact when the token mean is taken over all
+    tokens of the step, and an approximation when the trainer averages per sequence first (older
+    TRL, verl's ``actor/reward_kl_penalty``). A logged ``kl/mean`` is never overwritten.
+    """
+    count = 0
+    for (step, name), (token_kl, wall) in list(parsed.metrics.items()):
+        if name != TOKEN_KL or (step, SEQUENCE_KL) in parsed.metrics:
+            continue
+        length = parsed.metrics.get((step, LENGTH_MEAN))
+        if length is None:
+            continue
+        parsed.add_metric(step, SEQUENCE_KL, token_kl * length[0], max(wall, length[1]))
+        count += 1
+    if count:
+        parsed.derived[SEQUENCE_KL] = parsed.derived.get(SEQUENCE_KL, 0) + count
+    return count
 
 
 def as_step(value: Any, path: Path | str, where: str) -> int:

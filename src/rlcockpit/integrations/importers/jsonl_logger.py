@@ -14,6 +14,10 @@ Nested dicts are flattened with ``/``; any other value (text, lists) is skipped 
 same step may appear on several lines (verl logs validation metrics separately); a repeated key
 keeps its last value.
 
+A log whose step lives under another key (a custom trainer's ``episode`` or ``iteration``) is read
+with ``step_key`` (``rlcockpit import --step-key episode``): that key is the step, and a file
+whose first line has it is recognised as a file-logger file.
+
 Also read: the Hugging Face ``Trainer``'s ``trainer_state.json`` (written with every checkpoint,
 so every TRL run has one): its ``log_history`` is a list of exactly such flat dicts, one per
 ``Trainer.log`` call, with ``step`` and the keys as logged (``eval_*`` for evaluation).
@@ -41,7 +45,7 @@ STEP_KEYS = ("step", "global_step", "_step", "train/global_step")
 WALL_TIME_KEYS = ("_timestamp", "timestamp", "wall_time")
 
 
-def sniff(path: Path) -> bool:
+def sniff(path: Path, step_key: str | None = None) -> bool:
     if path.suffix == ".json":
         return _log_history(path) is not None
     obj = first_object(path)
@@ -49,7 +53,7 @@ def sniff(path: Path) -> bool:
         return False
     if isinstance(obj.get("data"), Mapping) and "step" in obj:
         return True
-    has_step = any(k in obj for k in STEP_KEYS)
+    has_step = step_key in obj if step_key else any(k in obj for k in STEP_KEYS)
     return has_step and sum(decode_float(v) is not None for v in obj.values()) >= 2
 
 
@@ -64,20 +68,27 @@ def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _split_line(obj: dict[str, Any], path: Path, where: str) -> tuple[int, dict[str, Any], float]:
-    """(step, metric values, wall time) of one line, in either shape."""
+def _split_line(obj: dict[str, Any], path: Path, where: str, step_key: str | None = None
+                ) -> tuple[int, dict[str, Any], float]:
+    """(step, metric values, wall time) of one line, in either shape; ``step_key`` names the
+    step when the log keeps it under another key."""
     if isinstance(obj.get("data"), Mapping):
         if "step" not in obj:
             raise fail(path, where, 'has "data" but no "step"',
                        'verl file-logger lines look like {"step": 3, "data": {...}}')
         return as_step(obj["step"], path, where), _flatten(obj["data"]), 0.0
-    step_key = next((k for k in STEP_KEYS if k in obj), None)
-    if step_key is None:
-        raise fail(path, where, f"has no step (looked for {', '.join(STEP_KEYS)})",
-                   'Each line needs the training step, e.g. {"step": 3, "data": {...}}')
+    looked = (step_key,) if step_key else STEP_KEYS
+    found = next((k for k in looked if k in obj), None)
+    if found is None:
+        fix = (f"Pass --step-key with the key that holds the step (this line has "
+               f"{', '.join(list(obj)[:8])})" if step_key else
+               'Each line needs the training step, e.g. {"step": 3, ...}; a log that keeps it '
+               'under another key: pass --step-key KEY')
+        raise fail(path, where, f"has no step (looked for {', '.join(looked)})", fix)
     wall = next((decode_float(obj[k]) for k in WALL_TIME_KEYS if k in obj), None) or 0.0
-    rest = {k: v for k, v in obj.items() if k not in STEP_KEYS and k not in WALL_TIME_KEYS}
-    return as_step(obj[step_key], path, where), _flatten(rest), wall
+    rest = {k: v for k, v in obj.items()
+            if k != found and k not in STEP_KEYS and k not in WALL_TIME_KEYS}
+    return as_step(obj[found], path, where), _flatten(rest), wall
 
 
 def _log_history(path: Path) -> list[Any] | None:
@@ -106,12 +117,13 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         yield f"log_history[{index}]", obj
 
 
-def read_file(path: Path, source: str | None) -> ParsedImport:
+def read_file(path: Path, source: str | None, *, key_map: Mapping[str, str] | None = None,
+              step_key: str | None = None) -> ParsedImport:
     parsed = ParsedImport()
     rows: dict[int, dict[str, tuple[float, float]]] = {}
     records = 0
     for where, obj in _records(path):
-        step, values, wall = _split_line(obj, path, where)
+        step, values, wall = _split_line(obj, path, where, step_key)
         row = rows.setdefault(step, {})
         for key, raw in values.items():
             value = decode_float(raw)
@@ -122,7 +134,7 @@ def read_file(path: Path, source: str | None) -> ParsedImport:
         records += 1
     if not records:
         raise fail(path, "", "holds no records", "Pass a non-empty file-logger file")
-    used = add_foreign_steps(parsed, rows, source)
+    used = add_foreign_steps(parsed, rows, source, key_map)
     parsed.files.append({"path": str(path.resolve()), "format": FORMAT, "source": used,
                          "records": records, "steps": len(rows)})
     return parsed

@@ -11,6 +11,7 @@ recognised; the wall time of each point is kept.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,14 @@ def _rows(acc: Any) -> dict[int, dict[str, tuple[float, float]]]:
     return rows
 
 
-def read_file(path: Path, source: str | None) -> ParsedImport:
+def read_file(path: Path, source: str | None, *,
+              key_map: Mapping[str, str] | None = None) -> ParsedImport:
     parsed = ParsedImport()
     rows = _rows(_accumulator(path))
     if not rows:
         raise fail(path, "", "holds no scalar events (empty, corrupt or not an event file)",
                    "Pass event files written by add_scalar / tf.summary.scalar")
-    used = add_foreign_steps(parsed, rows, source)
+    used = add_foreign_steps(parsed, rows, source, key_map)
     parsed.files.append({"path": str(path.resolve()), "format": FORMAT, "source": used,
                          "steps": len(rows)})
     return parsed
