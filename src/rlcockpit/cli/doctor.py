@@ -137,6 +137,22 @@ def _import(args: argparse.Namespace) -> str:
     return run.run_id
 
 
+def print_coverage(console: Any, result: Any) -> None:
+    """Which detectors ran, which were skipped, and the inputs the run lacks."""
+    from rich.table import Table
+
+    from rlcockpit.diagnostics.coverage import coverage_line, coverage_rows
+
+    console.print(f"\n[bold]Coverage[/]: {coverage_line(result.coverage)}")
+    table = Table(show_header=True, box=None, padding=(0, 1))
+    for col in ("detector", "family", "ran", "inputs the run lacks"):
+        table.add_column(col, overflow="fold")
+    for detector, family, state, lacks in coverage_rows(result.coverage, result.steps):
+        style = "dim" if state == "skipped" else ""
+        table.add_row(detector, family, state, lacks, style=style)
+    console.print(table)
+
+
 def print_report(result: Any, args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -166,9 +182,7 @@ def print_report(result: Any, args: argparse.Namespace) -> None:
             t = pattern_title(p)
             console.print(f"  library: [cyan]{p}[/] {t['en']} / {t['zh']}  "
                           f"[dim](rlcockpit library show {p})[/]")
-    skipped = sorted(n for n, s in result.statuses.items() if s == "skipped")
-    if skipped:
-        console.print(f"\n[dim]skipped (inputs not in this run): {', '.join(skipped)}[/]")
+    print_coverage(console, result)
     for name, error in result.errors.items():
         console.print(f"[red]detector {name} failed and was switched off:[/] {error}")
     for label, path in (("HTML", args.html), ("Markdown", args.markdown)):

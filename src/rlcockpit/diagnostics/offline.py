@@ -2,8 +2,9 @@
 
 Reads every metric of a run at full resolution and its samples step by step (without token arrays),
 replays them through :class:`~rlcockpit.diagnostics.engine.Engine` in step order, and returns a
-:class:`DoctorReport`: the findings the replay raised, their incidents, each detector's status, and
-the findings recorded live during the run (if the trainer ran diagnostics).
+:class:`DoctorReport`: the findings the replay raised, their incidents, each detector's status, its
+coverage (steps it read or skipped, and the inputs the run lacks: :mod:`.coverage`), and the
+findings recorded live during the run (if the trainer ran diagnostics).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from rlcockpit.diagnostics.base import severity_rank
 from rlcockpit.diagnostics.config import DiagnosticsConfig
+from rlcockpit.diagnostics.coverage import CoverageCounter, DetectorCoverage
 from rlcockpit.diagnostics.engine import Engine
 from rlcockpit.diagnostics.incidents import Incident, group
 from rlcockpit.records import FindingRecord, RunInfo, SampleRecord
@@ -37,6 +39,7 @@ class DoctorReport:
     statuses: dict[str, str]
     errors: dict[str, str] = field(default_factory=dict)
     live_findings: tuple[FindingRecord, ...] = ()
+    coverage: tuple[DetectorCoverage, ...] = ()
 
     @property
     def worst(self) -> str | None:
@@ -67,9 +70,11 @@ def diagnose_run(reader: StoreReader, run_id: str, config: DiagnosticsConfig | N
     steps = list(iter_steps(reader, run_id, with_samples=with_samples))
     found: list[FindingRecord] = []
     n_samples = 0
+    counter = CoverageCounter(engine.detectors)
     for i, (step, metrics, samples, wall) in enumerate(steps):
         n_samples += len(samples)
         found.extend(engine.observe(step, metrics, samples, wall))
+        counter.count(engine.status, metrics, bool(samples))
         if progress is not None:
             progress(i + 1, len(steps))
     if run.status == "running":  # still marked running: has it gone silent? (heartbeat)
@@ -78,7 +83,8 @@ def diagnose_run(reader: StoreReader, run_id: str, config: DiagnosticsConfig | N
         run=run, steps=len(steps), first_step=steps[0][0] if steps else None,
         last_step=steps[-1][0] if steps else None, samples=n_samples, findings=tuple(found),
         incidents=tuple(group(found)), statuses=dict(engine.status), errors=dict(engine.errors),
-        live_findings=tuple(reader.read_findings(run_id)))
+        live_findings=tuple(reader.read_findings(run_id)),
+        coverage=counter.result(engine.errors))
 
 
 def _metric_rows(reader: StoreReader, run_id: str

@@ -6,6 +6,7 @@ import html
 import json
 from typing import Any
 
+from rlcockpit.diagnostics.coverage import coverage_line, coverage_rows
 from rlcockpit.diagnostics.incidents import Incident
 from rlcockpit.diagnostics.offline import DoctorReport
 from rlcockpit.records import FindingRecord, to_dict
@@ -22,6 +23,8 @@ def to_json(report: DoctorReport) -> dict[str, Any]:
         "incidents": [_incident_dict(i) for i in report.incidents],
         "findings": [to_dict(f) for f in report.findings],
         "detectors": report.statuses, "detector_errors": report.errors,
+        "coverage": {"summary": coverage_line(report.coverage),
+                     "detectors": [c.to_dict() for c in report.coverage]},
         "live_findings": len(report.live_findings),
     }
 
@@ -68,6 +71,10 @@ def to_markdown(report: DoctorReport) -> str:
         lines.append("")
     lines += ["## Detectors", "", "| detector | status |", "| --- | --- |"]
     lines += [f"| {name} | {status} |" for name, status in sorted(report.statuses.items())]
+    lines += ["", "## Coverage", "", f"{coverage_line(report.coverage)}.", "",
+              "| detector | family | ran | inputs the run lacks |", "| --- | --- | --- | --- |"]
+    lines += [f"| {' | '.join(_md(cell) for cell in row)} |"
+              for row in coverage_rows(report.coverage, report.steps)]
     return "\n".join(lines) + "\n"
 
 
@@ -88,12 +95,21 @@ def to_html(report: DoctorReport) -> str:
     rows = "".join(f"<tr><td>{_e(n)}</td><td>{_e(s)}</td></tr>"
                    for n, s in sorted(report.statuses.items()))
     parts.append(f"<h2>Detectors</h2><table><tr><th>detector</th><th>status</th></tr>{rows}</table>")
+    parts.append(_coverage_html(report))
     style = ("body{font:14px system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#111}"
              "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:4px 8px;"
              "text-align:left;vertical-align:top}.badge{color:#fff;border-radius:4px;padding:1px 6px}"
              "section{border-left:4px solid var(--c);padding-left:1em;margin:1.5em 0}")
     return (f"<!doctype html><html lang=en><meta charset=utf-8><title>rlcockpit doctor "
             f"{_e(r.run_id)}</title><style>{style}</style><body>{''.join(parts)}</body></html>\n")
+
+
+def _coverage_html(report: DoctorReport) -> str:
+    rows = "".join("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>"
+                   for row in coverage_rows(report.coverage, report.steps))
+    return (f"<h2>Coverage</h2><p>{_e(coverage_line(report.coverage))}.</p><table><tr>"
+            f"<th>detector</th><th>family</th><th>ran</th><th>inputs the run lacks</th></tr>"
+            f"{rows}</table>")
 
 
 def _incident_html(inc: Incident) -> str:
