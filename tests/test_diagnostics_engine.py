@@ -32,9 +32,12 @@ def only(*names: str, **kwargs) -> DiagnosticsConfig:
                              **kwargs)
 
 
-def feed(engine: Engine, rows, start: int = 0):
+def feed(engine: Engine, rows, start: int = 0, kl_target: float | None = 1.0):
+    """Observe the rows; a KL row gets the target (nats per sequence) the trainer logs."""
     out = []
     for i, metrics in enumerate(rows):
+        if "kl/mean" in metrics and kl_target is not None:
+            metrics = {"kl/target": kl_target, **metrics}
         out += engine.observe(start + i, metrics, wall_time=float(start + i))
     return out
 
@@ -55,7 +58,7 @@ def test_a_condition_is_raised_once_escalated_once_and_resolved_after_resolve_af
 
 def test_status_reports_firing_while_active_and_ok_after():
     engine = Engine.from_config(only("kl_tiers"))
-    feed(engine, [{"kl/mean": 12.0}])
+    feed(engine, [{"kl/mean": 12.0}] * 2)
     assert engine.status["kl_tiers"] == "firing:black"
     assert engine.active() == {("kl_tiers", ""): "black"}
 
@@ -143,7 +146,7 @@ class _Broken(Detector):
 def test_a_detector_that_raises_is_switched_off_and_the_others_go_on():
     kl_tiers = registry.get("kl_tiers")()
     engine = Engine([_Broken(), kl_tiers], DiagnosticsConfig())
-    findings = feed(engine, [{"kl/mean": 0.5}] * 5 + [{"kl/mean": 12.0}])
+    findings = feed(engine, [{"kl/mean": 0.5}] * 5 + [{"kl/mean": 12.0}] * 2)
     assert engine.status["test_broken"] == "error"
     assert "ZeroDivisionError" in engine.errors["test_broken"]
     assert [(f.detector, f.severity) for f in findings] == [("kl_tiers", "black")]
@@ -185,7 +188,7 @@ def test_overrides_reach_the_detector():
     engine = Engine.from_config(only("kl_tiers", detectors={"kl_tiers": {"target": 0.05}}))
     (det,) = engine.detectors
     assert det.config.target == 0.05
-    assert [f.severity for f in feed(engine, [{"kl/mean": 0.2}] * 3)] == ["red"]
+    assert [f.severity for f in feed(engine, [{"kl/mean": 0.2}] * 3, kl_target=None)] == ["red"]
 
 
 # ---------------------------------------------------------------------------- user detector

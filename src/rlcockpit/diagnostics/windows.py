@@ -252,3 +252,16 @@ def trailing_onset(steps: Sequence[int], flags: Sequence[bool]) -> int | None:
     """
     n = trailing_run(flags)
     return int(list(steps)[len(flags) - n]) if n else None
+
+
+def band_exit(values: Sequence[float], steps: Sequence[int], level: float,
+              rising: bool = True) -> int | None:
+    """The step from which every later value stays beyond ``level`` (above it when ``rising``).
+
+    The ``onset_step`` of a trend: where the signal left its band, not where the window that
+    tested it starts (a step change at step 30 inside a 30-step window that began at step 17
+    has its onset at 30). None when the last value is not beyond the level.
+    """
+    x = _arr(values)
+    flags = x > level if rising else x < level
+    return trailing_onset(list(steps), [bool(f) for f in flags])
