@@ -89,6 +89,13 @@ PEERS_VENV := .benchvenv-peers
 bench-detection: $(STAMP) $(PEERS_VENV)/.installed
 	nice -n 10 $(PY) benchmarks/detection.py --peers-python $(PEERS_VENV)/bin/python $(BENCH_ARGS)
 
+# The real-run corpus (benchmarks/README.md, docs/detection.md): 25 real runs read from
+# ../shared/real_runs (never copied here), imported and diagnosed offline. BENCH_ARGS passes flags,
+# e.g. `make bench-real-runs BENCH_ARGS=--docs`.
+.PHONY: bench-real-runs
+bench-real-runs: $(STAMP)
+	nice -n 10 $(PY) benchmarks/real_runs.py $(BENCH_ARGS)
+
 # The web cockpit's speed (benchmarks/ui.py: API side on a 100k-step x 1M-sample store, cached in
 # benchmarks/.cache/; live step -> chart in Chromium) and a ticket's measured effect
 # (benchmarks/control_effect.py). Both use the project's own venv and browser.
