@@ -60,6 +60,11 @@ def test_every_source_has_aliases_and_no_key_is_listed_twice():
     ("ppo_clip_ratio", "openrlhf", "policy/clip_frac"),
     ("train/critic_loss", "openrlhf", "value/loss"),
     ("return", "openrlhf", "returns/mean"),
+    ("completion_length", "trl-grpo", "response/length_mean"),  # older TRL key set
+    ("rewards/reward_fn", "trl-grpo", "reward/reward_fn/mean"),
+    ("actor/entropy_loss", "verl", "policy/entropy"),  # older verl: it is the entropy
+    ("critic/vpred_mean", "verl", "value/mean"),
+    ("critic/advantages/mean", "verl", "advantage/mean"),
 ])
 def test_to_catalog_maps_real_keys(key, source, expected):
     assert to_catalog(key, source) == expected
@@ -93,6 +98,32 @@ def test_two_keys_meaning_one_name_keep_both_values():
     assert rename_keys(["loss", "policy_loss"], "trl-grpo") == {
         "policy_loss": "policy/loss", "loss": "import/trl-grpo/loss"}
     assert rename_keys(["loss"], "trl-grpo") == {"loss": "policy/loss"}
+
+
+def test_look_alikes_of_other_meaning_stay_foreign():
+    # per-token KL of a verl fork vs its distillation teacher (negative at step 1): not the
+    # reference KL; advantages' extremes and min lengths have no catalog name
+    for key in ("actor/token_kl/mean", "actor/token_kl/max", "critic/advantages/max",
+                "response_length/min", "critic/rewards/mean"):
+        assert to_catalog(key, "verl") is None, key
+    assert to_catalog("rewards/reward_fn/std", "trl-grpo") is None
+
+
+def test_the_newer_key_wins_when_both_generations_are_logged():
+    assert rename_keys(["actor/entropy", "actor/entropy_loss"], "verl") == {
+        "actor/entropy": "policy/entropy", "actor/entropy_loss": "import/verl/actor/entropy_loss"}
+    assert rename_keys(["critic/values/mean", "critic/vpred_mean"], "verl")["critic/values/mean"] \
+        == "value/mean"
+    assert rename_keys(["completions/mean_length", "completion_length"], "trl-grpo") == {
+        "completions/mean_length": "response/length_mean",
+        "completion_length": "import/trl-grpo/completion_length"}
+
+
+def test_a_user_map_wins_over_the_alias_table_and_loses_no_value():
+    user = {"loss": "value/loss", "Reward": "reward/mean"}
+    out = map_keys({"loss": 1.0, "Reward": 0.5, "reward": 0.4, "kl": 0.01}, "trl-grpo", user)
+    assert out == {"value/loss": 1.0, "reward/mean": 0.5, "import/trl-grpo/reward": 0.4,
+                   "kl/token_mean": 0.01}
 
 
 @pytest.mark.parametrize(("keys", "expected"), [

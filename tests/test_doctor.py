@@ -106,3 +106,59 @@ def test_a_silent_running_run_gets_the_heartbeat_finding(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     (beat,) = [f for f in report["findings"] if f["evidence"].get("key") == "heartbeat"]
     assert beat["detector"] == "stall" and beat["severity"] == "red"
+
+
+def test_coverage_says_which_detectors_ran_and_what_the_skipped_ones_lack(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/cov.db"
+    run_id = _record(uri, nan_at=None)  # logs policy/loss, reward/mean, kl/mean and samples
+    md, html = tmp_path / "r.md", tmp_path / "r.html"
+    assert main(["doctor", "--store", uri, "--run", run_id, "--markdown", str(md),
+                 "--html", str(html)]) == 0
+    out = capsys.readouterr().out
+    assert "Coverage" in out and "detectors ran" in out
+    assert "policy/entropy" in out  # the entropy detector is skipped for want of policy/entropy
+    assert main(["doctor", "--store", uri, "--run", run_id, "--json"]) == 0
+    coverage = json.loads(capsys.readouterr().out)["coverage"]
+    by_name = {c["detector"]: c for c in coverage["detectors"]}
+    entropy = by_name["entropy"]
+    assert entropy["state"] == "skipped" and entropy["missing"] == ["policy/entropy"]
+    assert entropy["steps_skipped"] == 12 and entropy["steps_run"] == 0
+    nonfinite = by_name["nonfinite"]
+    assert nonfinite["state"] == "ran" and nonfinite["steps_run"] == 12
+    assert "kl/" not in nonfinite["missing"]  # a trailing "/" means any name under it
+    ran = sum(c["state"] == "ran" for c in coverage["detectors"])
+    assert coverage["summary"].startswith(f"{ran} of {len(by_name)} detectors ran")
+    for text in (md.read_text(), html.read_text()):
+        assert "Coverage" in text and "policy/entropy" in text
+
+
+def test_coverage_counts_steps_a_detector_skipped_midway():
+    from rlcockpit.diagnostics.coverage import CoverageCounter, input_present
+
+    class Det:
+        name, family, reads, reads_samples = "d", "f", ("a/b", "grad/norm/"), False
+
+    counter = CoverageCounter([Det()])
+    counter.count({"d": "ok"}, ["a/b"], False)
+    counter.count({"d": "skipped"}, [], False)
+    counter.count({"d": "firing:red"}, ["a/b"], False)
+    (cov,) = counter.result({})
+    assert (cov.state, cov.steps_run, cov.steps_skipped, cov.missing) == ("ran", 2, 1, ("grad/norm/",))
+    assert input_present("grad/norm/", ["grad/norm/actor"]) and not input_present("grad/norm/", ["grad"])
+
+
+def test_doctor_import_takes_the_same_map_options(tmp_path, capsys):
+    log = tmp_path / "custom.jsonl"
+    log.write_text("".join(json.dumps({"iteration": s, "Reward": 0.1 * s, "Entropy": 0.5})
+                           + "\n" for s in range(1, 9)))
+    uri = f"sqlite:///{tmp_path}/d.db"
+    code = main(["doctor", "--store", uri, "--json", "--import", str(log), "--step-key",
+                 "iteration", "--map", "Reward=reward/mean", "--map", "Entropy=policy/entropy"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # stdout stays pure JSON; the import summary is on stderr
+    assert code == report["exit_code"] and report["steps"] == 8
+    assert "mapped by --map" in captured.err
+    by_name = {c["detector"]: c for c in report["coverage"]["detectors"]}
+    assert by_name["entropy"]["state"] == "ran"
+    assert main(["doctor", "--store", uri, "--map", "Reward=reward/mean"]) == 2
+    assert "apply to --import PATH" in capsys.readouterr().err

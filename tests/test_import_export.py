@@ -544,3 +544,102 @@ def test_help_of_both_commands():
         assert result.returncode == 0
         for word in words:
             assert word in result.stdout, (command, word)
+
+
+# --- a custom trainer's keys: --map / --map-file / --step-key; the derived per-sequence KL -----
+
+def _write_lines(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_map_puts_a_custom_trainers_keys_on_catalog_names_and_derives_sequence_kl(tmp_path):
+    log = _write_lines(tmp_path / "minimind.jsonl", [
+        {"step": s, "Reward": -1.8 + 0.01 * s, "KL_ref": 0.002 * s, "Avg Len": 200.0 + s,
+         "Adv Std": 0.93} for s in range(1, 6)])
+    mapfile = tmp_path / "map.yaml"
+    mapfile.write_text("Avg Len: response/length_mean\nReward: reward/max\n")
+    db = tmp_path / "s.db"
+    out = import_ok(db, log, "--map-file", mapfile, "--map", "Reward=reward/mean",
+                    "--map", "KL_ref=kl/token_mean")
+    got = series(db)
+    assert got["reward/mean"][3] == pytest.approx(-1.77)  # --map wins over the map file
+    assert got["kl/token_mean"][2] == pytest.approx(0.004)
+    assert got["response/length_mean"][2] == 202.0
+    assert got["import/unknown/Adv Std"][1] == 0.93  # not mapped: kept, marked foreign
+    # kl/mean = kl/token_mean x response/length_mean on every step, and the summary says so
+    assert got["kl/mean"][2] == pytest.approx(0.004 * 202.0)
+    assert "mapped by --map: Avg Len -> response/length_mean, KL_ref -> kl/token_mean" in out
+    assert "derived kl/mean on 5 steps: kl/mean = kl/token_mean x response/length_mean" in out
+    config = run_info(db).config["import"]
+    assert config["derived"]["kl/mean"]["steps"] == 5
+    assert config["key_map"]["KL_ref"] == "kl/token_mean"
+
+
+def test_a_logged_sequence_kl_is_never_overwritten_by_the_derived_one(tmp_path):
+    log = _write_lines(tmp_path / "trl.jsonl", [
+        {"step": 1, "kl": 0.01, "completions/mean_length": 100.0, "reward": 0.5},
+        {"step": 2, "kl": 0.02, "completions/mean_length": 100.0, "reward": 0.5,
+         "objective/kl": 7.5},
+        {"step": 3, "kl": 0.03, "reward": 0.5}])  # no length: nothing derived
+    db = tmp_path / "s.db"
+    out = import_ok(db, log, "--map", "objective/kl=kl/mean")
+    got = series(db)
+    assert got["kl/mean"] == {1: pytest.approx(1.0), 2: 7.5}
+    assert "derived kl/mean on 1 steps" in out
+
+
+def test_older_trl_and_verl_keys_reach_the_detectors_names(tmp_path):
+    old_trl = _write_lines(tmp_path / "old_trl.jsonl", [
+        {"step": 1, "completion_length": 256.0, "rewards/reward_fn": 0.125, "reward": 0.125,
+         "kl": 0.0, "loss": 0.0}])
+    db = tmp_path / "s.db"
+    import_ok(db, old_trl)
+    got = series(db)
+    assert got["response/length_mean"] == {1: 256.0}
+    assert got["reward/reward_fn/mean"] == {1: 0.125}
+    assert got["kl/mean"] == {1: 0.0}
+    old_verl = _write_lines(tmp_path / "old_verl.jsonl", [
+        {"step": 101, "actor/entropy_loss": 0.035, "critic/vf_loss": 0.05, "critic/vpred_mean": 0.8,
+         "critic/advantages/mean": 0.0, "critic/advantages/max": 3.1, "critic/returns/mean": 0.7,
+         "critic/grad_norm": 19.5, "actor/pg_loss": 0.02, "critic/score/mean": 0.6}])
+    db2 = tmp_path / "t.db"
+    import_ok(db2, old_verl)
+    got = series(db2)
+    assert got["policy/entropy"] == {101: 0.035}  # older verl: the entropy, despite the name
+    assert got["value/mean"] == {101: 0.8} and got["value/loss"] == {101: 0.05}
+    assert got["grad/norm/critic"] == {101: 19.5} and got["returns/mean"] == {101: 0.7}
+    assert got["import/verl/critic/advantages/max"] == {101: 3.1}  # no catalog name: kept
+
+
+def test_an_unknown_catalog_name_in_a_map_fails_before_reading_with_close_names(tmp_path):
+    db = tmp_path / "new.db"
+    result = cli("import", "--store", f"sqlite:///{db}", FIXTURES / "openrlhf_metrics.jsonl",
+                 "--map", "Reward=reward/meen")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "'reward/meen' is not a catalog metric name" in result.stderr
+    assert "close catalog names: reward/mean" in result.stderr
+    bad = cli("import", "--store", f"sqlite:///{db}", FIXTURES / "openrlhf_metrics.jsonl",
+              "--map", "Reward")
+    assert bad.returncode == 2 and "is not FOREIGN_KEY=catalog/name" in bad.stderr
+    two = cli("import", "--store", f"sqlite:///{db}", FIXTURES / "openrlhf_metrics.jsonl",
+              "--map", "a=reward/mean", "--map", "b=reward/mean")
+    assert two.returncode == 2 and "both 'a' and 'b' map to 'reward/mean'" in two.stderr
+    assert not db.exists()
+
+
+def test_step_key_reads_a_log_whose_step_lives_elsewhere(tmp_path):
+    log = _write_lines(tmp_path / "fragments.jsonl", [
+        {"episode": 96, "objective/kl": 6.8, "objective/scores": 2.36, "eps": 1},
+        {"episode": 112, "objective/kl": 7.1, "objective/scores": 2.41, "eps": 1}])
+    db = tmp_path / "s.db"
+    refused = cli("import", "--store", f"sqlite:///{db}", log)
+    assert refused.returncode == 2 and "--step-key KEY" in refused.stderr
+    out = import_ok(db, log, "--step-key", "episode")
+    assert "step read from 'episode'" in out
+    got = series(db)
+    assert got["kl/mean"] == {96: 6.8, 112: 7.1} and got["reward/mean"][112] == 2.41
+    assert not [n for n in got if "episode" in n]
+    wrong = cli("import", "--store", f"sqlite:///{tmp_path / 'x.db'}", "--format", "jsonl-logger",
+                log, "--step-key", "iteration")
+    assert wrong.returncode == 2 and "has no step (looked for iteration)" in wrong.stderr
