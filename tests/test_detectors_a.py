@@ -184,6 +184,16 @@ def test_kl_zero_without_token_max_needs_three_zero_steps():
     assert first(make("kl_zero"), rows, "red")[0] == 14
 
 
+def test_kl_zero_on_a_per_token_kl_only_run_uses_per_token_bounds():
+    # TRL logs kl (per token) only: a history at 3e-4 nats/token collapsing to 1e-8 fires
+    rows = [{"kl/token_mean": v} for v in noisy(3e-4, 12, 5e-5)] + [{"kl/token_mean": 1e-8}] * 3
+    step, cond = first(make("kl_zero"), rows, "red")
+    assert step == 14 and cond.evidence["median_before"] == pytest.approx(3e-4, rel=0.3)
+    # the start of a run (KL 0 then growing) and a small but non-zero KL stay quiet
+    start = [{"kl/token_mean": 0.0}] * 3 + [{"kl/token_mean": 2e-4}] * 12
+    assert fired(make("kl_zero"), start) == []
+
+
 def test_kl_zero_quiet_at_the_start_of_a_run_and_for_small_or_noisy_kl():
     start = [{"kl/mean": 0.0, "kl/token_max": 0.0}] * 5 + [{"kl/mean": 0.2}] * 10
     assert fired(make("kl_zero"), start) == []
@@ -357,45 +367,53 @@ def test_update_ratio_jump_is_orange_at_the_step_of_the_jump_even_inside_the_ban
 
 
 def test_stall_yellow_when_reward_and_kl_are_flat():
-    rows = [{"reward/mean": r, "kl/mean": 0.0} for r in noisy(0.5, 60, 0.05, seed=1)]
+    rows = [{"reward/mean": r, "kl/mean": 0.0, "kl/target": 1.0} for r in noisy(0.5, 60, 0.05, seed=1)]
     step, cond = first(make("stall"), rows, "yellow", "flat")
     assert step == 49 and cond.evidence["kl_max"] == 0.0
+    # an imported run with a per-token KL pinned near 0 and a flat reward (MiniMind-like)
+    rows = [{"reward/mean": r, "kl/token_mean": k} for r, k in
+            zip(noisy(-1.8, 80, 0.05, seed=2), noisy(1e-4, 80, 5e-4, seed=3), strict=True)]
+    step, cond = first(make("stall"), rows, "yellow", "flat")
+    assert step is not None and cond.evidence["kl_per"] == "token"
 
 
 def test_stall_quiet_when_learning():
     reward = np.linspace(0.2, 0.8, 80) + np.random.default_rng(2).normal(scale=0.05, size=80)
     kl = np.linspace(0.05, 0.8, 80)
-    rows = [{"reward/mean": r, "kl/mean": k} for r, k in zip(reward, kl, strict=True)]
+    rows = [{"reward/mean": r, "kl/mean": k, "kl/target": 1.0} for r, k in zip(reward, kl, strict=True)]
     assert fired(make("stall"), rows) == []
 
 
-def _penalty_rows(coefs, p99=0.3, reward_std=0.6):
+def _penalty_rows(coefs, p99=0.3, reward_std=0.6, kl=0.03):
     rows = []
     for i, (beta, r) in enumerate(zip(coefs, noisy(0.45, len(coefs), 0.1, seed=4), strict=True)):
-        rows.append({"reward/mean": r, "kl/mean": 0.03, "kl/coef": beta, "reward/std": reward_std,
-                     "kl/token_p99": p99 if i else 2e-6})
+        rows.append({"reward/mean": r, "kl/mean": kl, "kl/target": 1.0, "kl/coef": beta,
+                     "reward/std": reward_std, "kl/token_p99": p99 if i else 2e-6})
     return rows
 
 
-def test_stall_kl_penalty_orange_at_the_step_beta_jumps_and_swamps_the_reward():
+def test_stall_kl_penalty_orange_when_the_penalty_swamps_the_reward_with_the_kl_in_range():
     rows = _penalty_rows([0.05] * 10 + [10.0] * 15)  # the kl_coef_huge fault: β 0.05 -> 10
     step, cond = first(make("stall"), rows, "orange", "kl_penalty")
-    assert step == 10 and cond.evidence["onset_step"] == 10
+    assert step == 11 and cond.evidence["onset_step"] == 10  # two steps in a row, from the first
     assert cond.evidence["kl_coef_before"] == 0.05 and cond.evidence["share"] == 5.0
     assert "KL penalty dominates the reward" in cond.message
-    assert [s for s, conds in run(make("stall"), rows) if conds] == list(range(10, 25))
+    assert [s for s, conds in run(make("stall"), rows) if conds] == list(range(11, 25))
+    # the state, not the change: a run configured with that β from its first step gets it too
+    step, cond = first(make("stall"), _penalty_rows([10.0] * 10), "orange", "kl_penalty")
+    assert step == 2 and cond.evidence["onset_step"] == 1
 
 
 def penalty(det, rows):
     return [c for c in fired(det, rows) if c.key == "kl_penalty"]  # (a flat window is "flat")
 
 
-def test_stall_kl_penalty_quiet_for_adaptive_beta_small_jumps_and_a_kl_runaway():
+def test_stall_kl_penalty_quiet_for_adaptive_beta_a_kl_runaway_and_a_mild_penalty():
     adaptive = _penalty_rows(list(0.05 * 1.02 ** np.arange(60)))  # ×3 over 60 steps, smoothly
     assert penalty(make("stall"), adaptive) == []
-    doubled = _penalty_rows([0.05] * 10 + [0.1] * 10, p99=20.0)  # ×2 is not a jump
+    doubled = _penalty_rows([0.05] * 10 + [0.1] * 10, p99=2.0)  # an operator doubles β: 0.33
     assert penalty(make("stall"), doubled) == []
-    runaway = _penalty_rows([0.05] * 20, p99=60.0)  # lr_spike: β fixed, KL p99 huge
+    runaway = _penalty_rows([0.05] * 20, p99=60.0, kl=25.0)  # lr_spike: KL 25x its target
     assert penalty(make("stall"), runaway) == []
     mild = _penalty_rows([0.05] * 10 + [0.5] * 10, p99=0.3)  # ×10, but 0.15 per token < 0.6
     assert penalty(make("stall"), mild) == []
@@ -468,7 +486,7 @@ def test_stall_is_one_finding_on_a_long_flat_run_not_a_flicker():
         engine = Engine.from_config(only_stall)
         findings = []
         for step, r in enumerate(noisy(0.5, 150, 0.05, seed=seed)):
-            findings += engine.observe(step, {"reward/mean": r, "kl/mean": 0.0})
+            findings += engine.observe(step, {"reward/mean": r, "kl/mean": 0.0, "kl/target": 1.0})
         assert [(f.status, f.severity) for f in findings] == [("raised", "yellow")], seed
         assert findings[0].step <= 55
 
@@ -534,16 +552,20 @@ def test_too_many_epochs_run_is_orange_one_step_after_the_onset_then_kl_climbs()
 def test_huge_kl_coef_run_is_a_stall():
     raised = _observe("fault_kl_coef_huge_s0")
     stall = [f for f in raised if f.detector == "stall"]
-    # the early sign at the onset (β 0.05 -> 10), then the flat window once it is full
+    # the early sign one step after the onset (β 0.05 -> 10: the penalty swamps the reward two
+    # steps in a row, from the onset), then the flat window once it is full (recorded without
+    # kl/target: the per-token KL is judged once the run has a comfort level, 10 steps in)
     assert [(f.step, f.severity, f.evidence["key"]) for f in stall] == \
-        [(10, "orange", "kl_penalty"), (50, "yellow", "flat")]
+        [(11, "orange", "kl_penalty"), (60, "yellow", "flat")]
+    assert stall[0].evidence["onset_step"] == 10
     assert stall[1].evidence["kl_median"] < 0.1
 
 
-def test_huge_kl_coef_run_seed_1_is_orange_at_the_onset():
+def test_huge_kl_coef_run_seed_1_is_orange_one_step_after_the_onset():
     raised = _observe("fault_kl_coef_huge_s1")
     (first_stall, *_) = [f for f in raised if f.detector == "stall"]
     assert (first_stall.step, first_stall.severity, first_stall.evidence["key"]) == \
-        (10, "orange", "kl_penalty")
-    assert first_stall.evidence["share"] > 2 and first_stall.evidence["signal"] == "KL coefficient"
+        (11, "orange", "kl_penalty")
+    assert first_stall.evidence["share"] > 2 and first_stall.evidence["signal"] == "KL penalty"
+    assert first_stall.evidence["onset_step"] == 10
     assert not [f for f in raised if f.step < 10]

@@ -17,6 +17,10 @@ median at least ``collapse`` (100) × the current |KL| and above ``floor`` (1e-3
 sequence, 10 × the zero bound), so the very start of a run (policy = reference, KL ~1e-6) does
 not fire, at any KL scale: the ref_synced_to_actor fault run seed 1 had a pre-onset median of
 0.007 — under the former absolute floor of 0.01 — and KL 1e-6 after.
+Scale assumptions: the token maximum is per token (float precision: any scale); the bounds on
+the mean are in its own unit — ``kl/mean`` per sequence (eps 1e-4, floor 1e-3), or, for runs
+that log only ``kl/token_mean`` (TRL, verl), per token (``eps_token_mean`` 1e-6, floor 10× that);
+the collapse factor is relative. Real runs: TRL per-token KL medians 2.7e-4 (016) … 2.5 (008).
 The finding stays open (``latch``) for the rest of the run: after a one-time sync the actor drifts
 away again at once and the KL looks healthy — measured against the wrong reference.
 False positives: a policy collapsed to a mode the reference also prefers (only EOS): then the
@@ -33,6 +37,7 @@ import numpy as np
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._kl import has_kl
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Streak, Window
 
@@ -50,6 +55,9 @@ class KLZeroConfig(Config):
                          "the KL looks healthy again, against the wrong reference.")
     floor: float = option(1e-3, help="The history's median KL must exceed this (nats/sequence).",
                           range=(0.0, 1e6))
+    eps_token_mean: float = option(1e-6, help="|kl/token_mean| below this counts as zero when "
+                                   "kl/mean is not logged (the history must exceed 10x it).",
+                                   range=(0.0, 1.0))
     collapse: float = option(100.0, help="... and be at least this × the current |KL| (a collapse, "
                              "whatever the run's KL scale).", range=(1.0, 1e12))
 
@@ -58,7 +66,7 @@ class KLZeroConfig(Config):
 class KLZero(Detector):
     name = "kl_zero"
     family = "kl"
-    reads = ("kl/mean", "kl/token_max")
+    reads = ("kl/mean", "kl/token_mean", "kl/token_max")
     patterns = ("kl_zero_ref_synced",)
     signal = "KL"
     Config = KLZeroConfig
@@ -70,7 +78,7 @@ class KLZero(Detector):
         self._latched: Condition | None = None
 
     def update(self, view: StepView) -> Condition | object | None:
-        if view.get("kl/mean") is None:
+        if not has_kl(view):
             return SKIPPED
         found = self._judge(view)
         if found is not None and self.config.latch:
@@ -78,19 +86,21 @@ class KLZero(Detector):
         return self._latched or found
 
     def _judge(self, view: StepView) -> Condition | None:
-        kl = view.finite("kl/mean")
+        cfg = self.config
+        kl, eps, floor = view.finite("kl/mean"), cfg.eps, cfg.floor
+        if view.get("kl/mean") is None:  # per token only (TRL, verl): bounds in per-token units
+            kl, eps, floor = view.finite("kl/token_mean"), cfg.eps_token_mean, 10 * cfg.eps_token_mean
         if kl is None:
             return None
-        cfg = self.config
         peak = view.finite("kl/token_max")
-        is_zero = abs(kl) < cfg.eps and (peak is None or abs(peak) < cfg.eps_token)
+        is_zero = abs(kl) < eps and (peak is None or abs(peak) < cfg.eps_token)
         held = self._zero.update(is_zero, view.step)
         if not is_zero:
             self._history.push(kl, view.step)
             return None
         before = float(np.median(self._history.values)) if len(self._history) else 0.0
         needed = cfg.steps if peak is not None else cfg.steps_mean_only
-        if held < needed or before <= cfg.floor or before < cfg.collapse * abs(kl):
+        if held < needed or before <= floor or before < cfg.collapse * abs(kl):
             return None
         evidence = {"kl": kl, "token_max": peak, "median_before": before, "zero_steps": held,
                     "collapse": before / max(abs(kl), 1e-12),

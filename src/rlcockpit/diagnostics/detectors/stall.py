@@ -8,24 +8,30 @@ step at all.
 Signal: over the last ``window`` steps, ``reward/mean`` shows no trend (Mann–Kendall p > 0.05)
 and its level moved less than ``reward_sigmas`` noise standard deviations (median of the last
 ``k`` vs the first ``k``), *and* ``kl/mean`` is flat: relative range < ``kl_range``, or it
-stayed below ``kl_floor``, or it is pinned near 0 — median below ``kl_low`` × target without a
+stayed below ``kl_floor`` (per sequence), or it is pinned near 0 — median below ``kl_low`` × its
+scale (``_kl.KLScale``: the target, or the per-token comfort level, at least 0.05) without a
 rising trend ("KL stuck near 0", 001 Q25; the k1 estimate of a pinned KL is noisy around 0, so its
 range is not small). A healthy run's KL rises from 0 with a clear trend. Early sign (key
-"kl_penalty", 001 Q25 / Q12): ``kl/coef`` (β) jumped to ≥ ``penalty_jump`` × its level of the
-steps before, and the per-token penalty β × ``kl/token_p99`` is at least ``penalty_share`` ×
-``reward/std`` — the −β·KL token rewards outweigh the task reward's contrast, so the returns (and
-the policy gradient) mostly say "go back to the reference", before any flat window can show it.
+"kl_penalty", 001 Q25 / Q12): the per-token KL penalty β × ``kl/token_p99`` is at least
+``penalty_share`` × ``reward/std`` for ``penalty_steps`` steps in a row *while the KL itself is
+within its scale* (below ``penalty_kl_max`` × the target or comfort level, ``_kl.KLScale``) — the
+−β·KL token rewards outweigh the task reward's contrast although the policy has not drifted, so
+the returns (and the policy gradient) mostly say "go back to the reference", before any flat
+window can show it. What it reads is the state of the objective, not a change: β is context in
+the evidence (its level before), never the trigger — an operator who raises β a little never
+gets it; one who raises it until the penalty swamps the reward gets it, rightly.
 Heartbeat: ``tick()`` with no new step for ``heartbeat_s`` seconds.
 Default thresholds: window 50 steps, k 10, reward moved < 1 σ (the difference of two medians of
 10 noisy values alone has a spread of ~0.56 σ), KL relative range < 0.2, or KL < 1e-3 nats per
 sequence, or KL median < 0.1 × target with Mann–Kendall p > 0.05 → yellow (key "flat"). Measured
 on the kl_coef_huge fault run (β = 10 from step 10): KL median ≈ 0.05, no trend. Once flagged, the reward must move clearly to clear
 it (hysteresis: 2 σ, p < 0.005), so a stall does not flicker on and off with the noise.
-KL penalty: β ≥ 5 × its median over the 10 steps before the jump and β × KL p99 ≥ 1 × reward/std
-→ orange, from the step of the jump while both hold. Calibration: the recorded healthy runs (β
-fixed or adaptive: the controller moves β by < 1% per step) never jump; β × KL p99 / reward std
-stays ≤ 0.4 on them (and reaches 6 on the lr_spike fault run, where β did not change — hence the
-jump); on the kl_coef_huge fault runs (β 0.05 → 10 at step 10) it is 4–9 from the onset step.
+KL penalty: β × KL p99 ≥ 1 × reward/std for 2 steps in a row, with the KL below 1.5× its
+scale → orange from the first of them. Calibration (tests/fixtures/streams): healthy runs (β
+fixed or adaptive) stay ≤ 0.4 (≤ 0.08 over their first 25 steps); on the kl_coef_huge fault runs
+(β 0.05 → 10) it is 3.9–7.7 from the onset with the KL at 0.0–0.15 nats per sequence (target 1);
+the lr_spike run reaches 1–6 too, but with its KL at 25–80× the target: a KL runaway, not a
+penalty that pins the policy (``kl_tiers``).
 No step for 600 s → red (key "heartbeat").
 False positives: a run that has converged (reward at its ceiling: the KL still moves then); an
 operator raising β on purpose to rein in a KL runaway (the finding says what it costs);
@@ -43,8 +49,9 @@ import numpy as np
 
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._kl import TOKEN_FLOOR, KLReading, KLScale, has_kl, per_token
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, mann_kendall, relative_range
+from rlcockpit.diagnostics.windows import Streak, Window, mann_kendall, relative_range
 
 
 @dataclass(frozen=True)
@@ -62,13 +69,16 @@ class StallConfig(Config):
                              range=(0.0, 1e6))
     kl_low: float = option(0.1, help="... or when its median stays below this × target with no "
                            "rising trend (pinned to the reference).", range=(0.0, 1e6))
-    target: float = option(1.0, help="KL target (nats per sequence) when kl/target is not logged.",
-                           range=(1e-9, 1e6))
-    penalty_jump: float = option(5.0, help="kl/coef at least this × its median of the steps before "
-                                 "counts as a jump.", range=(1.0, 1e12))
-    penalty_share: float = option(1.0, help="... and then the KL penalty dominates when β × "
-                                  "kl/token_p99 ≥ this × reward/std.", range=(0.0, 1e6))
-    penalty_window: int = option(10, help="Steps of kl/coef before a jump (its level).",
+    target: float = option(0.0, help="KL target (nats per sequence) when kl/target is not logged; "
+                           "0 = none: the run's per-token comfort level (_kl.KLScale).",
+                           range=(0.0, 1e6))
+    penalty_share: float = option(1.0, help="The KL penalty dominates when β × kl/token_p99 ≥ this "
+                                  "× reward/std ...", range=(0.0, 1e6))
+    penalty_steps: int = option(2, help="... for this many steps in a row ...", range=(1, 100000))
+    penalty_kl_max: float = option(1.5, help="... while the KL is below this × its target or "
+                                   "comfort level (above it the KL itself ran away: kl_tiers).",
+                                   range=(0.0, 1e6))
+    penalty_window: int = option(10, help="Steps of kl/coef kept as context (its level before).",
                                  range=(1, 100000))
     heartbeat_s: float = option(600.0, help="Red when no step arrived for this many seconds "
                                 "(0 = off).", range=(0.0, 1e9))
@@ -83,7 +93,8 @@ class StallConfig(Config):
 class Stall(Detector):
     name = "stall"
     family = "stall"
-    reads = ("reward/mean", "kl/mean", "kl/coef", "kl/token_p99", "reward/std")
+    reads = ("reward/mean", "kl/mean", "kl/token_mean", "kl/target", "response/length_mean",
+             "kl/coef", "kl/token_p99", "reward/std")
     patterns = ("training_stall", "heartbeat_lost")
     signal = "reward/KL"
     Config = StallConfig
@@ -93,46 +104,47 @@ class Stall(Detector):
         self._reward = Window(self.config.window)
         self._kl = Window(self.config.window)
         self._flat = False
-        self._coef = Window(self.config.penalty_window)  # β before a jump (frozen after it)
-        self._jump_step: int | None = None
+        self._coef = Window(self.config.penalty_window)  # β's recent level (context only)
+        self._dominates = Streak()
+        self._scale = KLScale(self.config.target)
 
     def update(self, view: StepView) -> list[Condition] | object:
-        if view.get("reward/mean") is None or view.get("kl/mean") is None:
+        if view.get("reward/mean") is None or not has_kl(view):
             return SKIPPED
-        found = [self._penalty(view), self._flatness(view)]
+        reading = self._scale.read(view)
+        found = [self._penalty(view, reading), self._flatness(view, reading)]
         return [c for c in found if c is not None]
 
-    def _penalty(self, view: StepView) -> Condition | None:
-        """β jumped and the per-token KL penalty outweighs the reward's spread (key kl_penalty)."""
+    def _penalty(self, view: StepView, reading: KLReading | None) -> Condition | None:
+        """The per-token KL penalty outweighs the reward's spread, KL in range (key kl_penalty)."""
         cfg = self.config
-        coef = view.finite("kl/coef")
-        if coef is None:
-            return None
-        before = float(np.median(self._coef.values)) if len(self._coef) >= 3 else None
-        if before is None or coef < cfg.penalty_jump * max(before, 1e-12):
-            self._jump_step = None
+        coef, p99, spread = (view.finite(k) for k in ("kl/coef", "kl/token_p99", "reward/std"))
+        before = float(np.median(self._coef.values)) if len(self._coef) else None
+        if coef is not None:
             self._coef.push(coef, view.step)
+        share = coef * p99 / max(spread, 1e-12) if None not in (coef, p99, spread) else None
+        dominates = share is not None and share >= cfg.penalty_share and \
+            _kl_in_range(view, reading, cfg.penalty_kl_max)
+        held = self._dominates.update(dominates, view.step)
+        if held < cfg.penalty_steps:
             return None
-        self._jump_step = view.step if self._jump_step is None else self._jump_step
-        p99, spread = view.finite("kl/token_p99"), view.finite("reward/std")
-        if p99 is None or spread is None or coef * p99 < cfg.penalty_share * max(spread, 1e-12):
-            return None
-        share = coef * p99 / max(spread, 1e-12)
-        evidence = {"kl_coef": coef, "kl_coef_before": before, "jump": coef / max(before, 1e-12),
-                    "kl_token_p99": p99, "penalty": coef * p99, "reward_std": spread,
-                    "share": share, "share_threshold": cfg.penalty_share,
-                    "signal": "KL coefficient", "onset_step": self._jump_step}
+        evidence = {"kl_coef": coef, "kl_coef_before": before, "kl_token_p99": p99,
+                    "penalty": coef * p99, "reward_std": spread, "share": share,
+                    "share_threshold": cfg.penalty_share,
+                    **(reading.evidence() if reading else {}), "signal": "KL penalty",
+                    "onset_step": self._dominates.onset}
         return Condition("orange", f"learning will stall: the KL penalty dominates the reward "
-                         f"(β {before:.3g} → {coef:.3g} at step {self._jump_step}; β × KL p99 "
-                         f"{coef * p99:.3g} per token vs reward std {spread:.3g})", evidence,
+                         f"(β × KL p99 {coef * p99:.3g} per token vs reward std {spread:.3g} for "
+                         f"{held} steps, the KL itself in range; β {coef:.3g})", evidence,
                          key="kl_penalty",
-                         message_zh=f"训练将停滞：KL 惩罚压倒了奖励（β 从 {before:.3g} 跳到 "
-                                    f"{coef:.3g}；每 token 惩罚 {coef * p99:.3g}，奖励标准差 "
-                                    f"{spread:.3g}）")
+                         message_zh=f"训练将停滞：KL 惩罚压倒了奖励（每 token 惩罚 "
+                                    f"{coef * p99:.3g}，奖励标准差 {spread:.3g}，已连续 {held} 步；"
+                                    f"β={coef:.3g}）")
 
-    def _flatness(self, view: StepView) -> Condition | None:
+    def _flatness(self, view: StepView, reading: KLReading | None) -> Condition | None:
         self._reward.push(view.finite("reward/mean"), view.step)
-        self._kl.push(view.finite("kl/mean"), view.step)
+        if reading is not None:
+            self._kl.push(reading.value, view.step)
         if not (self._reward.full and self._kl.full):
             return None
         cfg = self.config
@@ -140,7 +152,9 @@ class Stall(Detector):
         moved = abs(float(np.median(reward[-cfg.k:]) - np.median(reward[:cfg.k])))
         sigma = max(float(reward.std()), 1e-12)
         p = mann_kendall(reward).p
-        kl_flat, kl_evidence = self._kl_flat(kl, view.finite("kl/target") or cfg.target)
+        if reading is None:
+            return None
+        kl_flat, kl_evidence = self._kl_flat(kl, reading)
         # hysteresis: entering needs < reward_sigmas; leaving needs a clear move (2× / p/10)
         widen = 2.0 if self._flat else 1.0
         p_min = cfg.p_min / 10 if self._flat else cfg.p_min
@@ -155,14 +169,18 @@ class Stall(Detector):
                          f"no rise): training may be stalled", evidence, key="flat",
                          message_zh=f"奖励与 KL 在 {cfg.window} 步内几乎不变：训练可能僵死")
 
-    def _kl_flat(self, kl: np.ndarray, target: float) -> tuple[bool, dict]:
-        cfg = self.config
+    def _kl_flat(self, kl: np.ndarray, reading: KLReading) -> tuple[bool, dict]:
+        """Flat: a small relative range, or pinned far below its scale without a rise; per
+        sequence also below the absolute ``kl_floor``."""
+        cfg, target = self.config, reading.unit
         spread = relative_range(kl, eps=1e-12)
         median, trend = float(np.median(kl)), mann_kendall(kl)
         pinned = median < cfg.kl_low * target and not (trend.z > 0 and trend.p <= cfg.p_min)
-        flat = spread < cfg.kl_range or float(np.max(np.abs(kl))) < cfg.kl_floor or pinned
+        tiny = reading.per == "sequence" and float(np.max(np.abs(kl))) < cfg.kl_floor
+        flat = spread < cfg.kl_range or tiny or pinned
         return flat, {"kl_relative_range": spread, "kl_max": float(np.max(kl)),
-                      "kl_median": median, "kl_trend_p": trend.p, "target": target}
+                      "kl_median": median, "kl_trend_p": trend.p, "target": target,
+                      "kl_per": reading.per, "target_basis": reading.basis}
 
     def tick(self, wall_time: float, last_step_wall: float | None) -> Condition | None:
         limit = self.config.heartbeat_s
@@ -175,3 +193,12 @@ class Stall(Detector):
                          key="heartbeat",
                          message_zh=f"已有 {silent:.0f} 秒没有新的训练步（上限 {limit:.0f} 秒）："
                                     "训练进程可能卡死")
+
+
+def _kl_in_range(view: StepView, reading: KLReading | None, limit: float) -> bool:
+    """The KL is below ``limit`` × its scale; before the run has a comfort level (no target, few
+    steps), below ``limit`` × the per-token floor."""
+    if reading is not None:
+        return reading.ratio < limit
+    token = per_token(view)
+    return token is not None and token < limit * TOKEN_FLOOR
