@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
 import sys
 import tempfile
 import time
@@ -310,8 +311,24 @@ def score_targets(results: list[RunResult]) -> dict[str, list[tuple[Target, int 
     return scored
 
 
+def provenance() -> str:
+    """Which code was measured: the commit, and whether src/ had uncommitted changes."""
+    def git(*args: str) -> str:
+        try:
+            out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        except OSError:
+            return ""
+        return out.stdout if out.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", "src").splitlines()]
+    changed = f"; uncommitted in src/: {', '.join(sorted(dirty))}" if dirty else ""
+    return f"Measured {time.strftime('%Y-%m-%d')} at commit {commit}{changed}."
+
+
 def report_text(results: list[RunResult], scored: dict, present_families: set[str]) -> str:
-    lines = ["| run | label | steps | expectation | findings y / o / r / b | detected? latency | "
+    lines = [provenance(), "",
+             "| run | label | steps | expectation | findings y / o / r / b | detected? latency | "
              "detectors run / skipped |", "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [run_row(r, scored) for r in results]
     lines += ["", "Scored targets (found: a raised or escalated finding of a relevant family within "
