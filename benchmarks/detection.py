@@ -1,242 +1,297 @@
-"""Detection benchmark: does each injected fault get caught, how fast, and do healthy runs stay quiet?
+"""Detection benchmark: is each injected fault caught by the right detector, how soon after it shows,
+and do long healthy runs stay quiet? Measured on disjoint seed splits against no-fault twins.
 
-Every built-in fault (``rlcockpit faults list``) x N seeds, plus healthy runs (PPO and GRPO, different
-seeds and configs), each a real tiny-world training run in its own process (up to the core count in
-parallel) and its own SQLite store, diagnostics on. For each run:
-
-- live: the findings the trainer's engine wrote during the run;
-- offline: the stored metric and sample stream replayed through a fresh ``Engine.from_config`` with
-  the run's diagnostics config (``rlcockpit.diagnostics.offline.diagnose_run``) -- the numbers must
-  be the same;
-- fault runs: did an expected detector (``Fault.expected``) fire at or after the onset; the steps from
-  the onset to the first orange-or-worse finding of any detector; orange+ findings before the onset;
-- healthy runs: red / black findings (target 0);
-- peers (rlwatch, rlprobe, rldoctor, run in .benchvenv-peers by benchmarks/_peer_runner.py on the same
-  streams exported to JSONL): the first alert at or after the onset, alerts before it, and alerts on
-  healthy runs.
+- **Splits**: ``--split calibration`` (seeds 0-4, for tuning) or ``evaluation`` (seeds 100-104). The
+  evaluation split refuses to run while src/rlcockpit/diagnostics/ has uncommitted changes and
+  records the commit of the detector code ("thresholds frozen at commit ...").
+- **Runs**: per seed, one healthy run of each config (PPO / GRPO x fixed / adaptive KL, 200 steps,
+  samples logged) -- the *twin* of every fault run of that config and seed -- and every built-in
+  fault in one variant (config, onset 0 / early / late, step or ramp, mild or strong; deterministic
+  per fault and seed, benchmarks/_detection_grid.py). A fault run with onset >= 4 continues its
+  twin's checkpoint at step onset - 2 (resume is exact); its stream is the twin's prefix + its own
+  steps.
+- **Scoring**, every stream replayed offline through a fresh engine (what ``rlcockpit doctor`` does;
+  for the runs trained from step 1 the replay is checked against the live findings): the first step
+  where the fault run's metrics leave the twin's (hyper-parameter, time, perf and sys metrics
+  ignored; relative tolerance 1e-6); a detection counts when an expected detector raised a finding
+  (any tier) from the first faulted step on and the twin has no finding of that detector and key in
+  the same steps; latency is counted from the first divergence. A ramp is caught "in time" when the
+  detection comes no later than the step where the metric the fault drives (``Fault.drives``) has
+  moved away from the twin's by 2x the twin's spread (its standard deviation over the same steps).
+- **Peers** (benchmarks/_peer_runner.py inside .benchvenv-peers) on the same streams exported to
+  JSONL: an alert from the first divergence on whose type the peer did not raise on the twin in the
+  same steps.
 
 Prints markdown tables, writes them into docs/detection.md between markers (``--docs``), and as the
-LAST stdout line one JSON object: {"faults_detected": "x/y", "median_latency_steps": ..., ...}.
+LAST stdout line one JSON object with the headline numbers.
 
-    nice -n 10 .venv/bin/python benchmarks/detection.py --peers-python .benchvenv-peers/bin/python
-    .venv/bin/python benchmarks/detection.py --quick     # 2 faults + 1 healthy run, 1 seed, short
+    nice -n 10 .venv/bin/python benchmarks/detection.py --split calibration --workers 2 --out bench-cal
+    .venv/bin/python benchmarks/detection.py --quick     # 3 short fault runs + 1 short twin, ~2 min
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _detection_grid import CONFIGS, QUICK_OVERRIDES, SPLITS, Job, Scheduler, make_fault, make_jobs  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "detection.md"
+DETECTORS_DIR = "src/rlcockpit/diagnostics"
 BEGIN, END = "<!-- detection-table:begin -->", "<!-- detection-table:end -->"
+SEVERITIES = ("yellow", "orange", "red", "black")
 ORANGE_PLUS = ("orange", "red", "black")
-QUICK_FAULTS = ("lr_spike", "nan_reward")
-PEERS = ("rlwatch", "rlprobe", "rldoctor")
+PEERS = ("rlwatch", "rlprobe", "rldoctor")  # the names to report when the peer runner gives none
+IGNORED_PREFIXES = ("time/", "perf/", "sys/", "optim/lr/")
+RTOL, ATOL = 1e-6, 1e-9
+TARGETS = {"step_caught_pct": 90.0, "median_latency": 5.0, "orange_per_1000": 1.0}
 
-
-@dataclass(frozen=True)
-class Job:
-    key: str  # unique: fault-seed or healthy-variant-seed
-    fault: str  # "" = healthy
-    seed: int
-    onset: int | None
-    steps: int
-    config: str = ""  # YAML path ("" = trainer defaults = examples/ppo_tiny.yaml)
-    overrides: tuple[str, ...] = ()
-    label: str = ""
+StepRow = tuple[int, dict[str, float], list[Any], float]  # (step, metrics, samples, wall time)
 
 
 @dataclass
 class Outcome:
     job: Job
-    run_id: str = ""
-    status: str = ""
-    wall_s: float = 0.0
-    error: str = ""
-    live: list[dict[str, Any]] = field(default_factory=list)
-    offline: list[dict[str, Any]] = field(default_factory=list)
-    expected: tuple[str, ...] = ()
-    rescored: bool = False  # reused run scored by its offline replay (the current detectors)
+    info: dict[str, Any]
+    findings: list[dict[str, Any]] = field(default_factory=list)  # offline replay of the (stitched) stream
+    same_as_live: bool | None = None  # None: stitched stream, no whole live record to compare with
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    steps: int = 0
 
     @property
-    def scored(self) -> list[dict[str, Any]]:
-        """The findings scored: live, or the offline replay for a re-scored reused run."""
-        return self.offline if self.rescored else self.live
+    def ok(self) -> bool:
+        return bool(self.info.get("run_id")) and self.info.get("status") in ("finished", "stopped")
 
 
-# --------------------------------------------------------------------------- jobs
+# --------------------------------------------------------------------------- the split rule
 
 
-def make_jobs(args: argparse.Namespace) -> list[Job]:
-    from rlcockpit import faults
+def detector_commit(split: str) -> tuple[str, bool]:
+    """(commit of the detector code, dirty?); the evaluation split refuses a dirty tree."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
 
-    names = list(args.faults or (QUICK_FAULTS if args.quick else faults.available()))
-    seeds = range(args.seeds if not args.quick else 1)
-    steps = args.onset + args.after
-    jobs = [Job(f"{n}-s{s}", n, s, args.onset, steps, overrides=tuple(args.set)) for n in names for s in seeds]
-    grpo = str(ROOT / "examples" / "grpo_tiny.yaml")
-    healthy = [Job("healthy-ppo-s0", "", 0, None, steps, label="PPO, examples/ppo_tiny.yaml"),
-               Job("healthy-grpo-s1", "", 1, None, steps, config=grpo, label="GRPO, examples/grpo_tiny.yaml"),
-               Job("healthy-ppo-adaptive-kl-s2", "", 2, None, steps, overrides=("kl.adaptive=true",),
-                   label="PPO, adaptive KL controller")]
-    return jobs + (healthy[:1] if args.quick else healthy)
-
-
-def run_job(job: Job, out_dir: str, quick_overrides: Sequence[str]) -> dict[str, Any]:
-    """In a worker process: one training run into its own store; returns its id and status."""
-    import torch
-
-    torch.set_num_threads(1)
-    from rlcockpit import faults
-    from rlcockpit.faults.runner import fault_config, run_fault
-
-    store = f"sqlite:///{Path(out_dir) / (job.key + '.db')}"
-    t0 = time.perf_counter()
-    try:
-        fault = faults.get(job.fault).with_onset(job.onset) if job.fault else None
-        cfg = fault_config(seed=job.seed, store=store, steps=job.steps, name=job.key, config=job.config or None,
-                           overrides=[*quick_overrides, *job.overrides])
-        result = run_fault(fault, cfg)
-        return {"run_id": result.run_id, "status": result.status, "wall_s": time.perf_counter() - t0, "store": store}
-    except Exception as exc:  # one broken run is a row in the table, not the end of the benchmark
-        return {"run_id": "", "status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                "wall_s": time.perf_counter() - t0, "store": store}
+    dirty = bool(git("status", "--porcelain", "--", DETECTORS_DIR))
+    commit = git("log", "-1", "--format=%H", "--", DETECTORS_DIR) or "unknown"
+    if split == "evaluation" and dirty:
+        raise SystemExit(f"--split evaluation refuses to run: {DETECTORS_DIR}/ has uncommitted changes "
+                         "(git status). Commit the detector thresholds first -- the evaluation seeds are never "
+                         "used to tune -- then run again.")
+    return commit, dirty
 
 
-def finished_run(job: Job, out_dir: Path) -> dict[str, Any] | None:
-    """A finished run of ``job`` already in its store (``--reuse``), or None."""
-    from rlcockpit.store import open_store
-
-    path = out_dir / f"{job.key}.db"
-    if not path.exists():
-        return None
-    reader = open_store(f"sqlite:///{path}", create=False).reader()
-    try:
-        runs = [r for r in reader.list_runs() if r.name == job.key and r.status == "finished"]
-    finally:
-        reader.close()
-    if not runs:
-        return None
-    run = runs[0]
-    wall = (run.ended_at - run.started_at) if run.ended_at and run.started_at else 0.0
-    return {"run_id": run.run_id, "status": "finished", "wall_s": wall, "store": f"sqlite:///{path}",
-            "reused": True}
+# --------------------------------------------------------------------------- streams and replay
 
 
-def run_all(jobs: list[Job], out_dir: Path, workers: int, quick_overrides: Sequence[str],
-            reuse: bool = False) -> dict[str, dict]:
-    done: dict[str, dict] = {}
-    if reuse:
-        done = {j.key: info for j in jobs if (info := finished_run(j, out_dir)) is not None}
-    # the slowest runs first (16 PPO epochs), so the pool does not end on one long straggler
-    order = sorted((j for j in jobs if j.key not in done), key=lambda j: j.fault != "too_many_ppo_epochs")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        futures = {j.key: pool.submit(run_job, j, str(out_dir), tuple(quick_overrides)) for j in order}
-        for key, fut in futures.items():
-            done[key] = fut.result()
-            print(f"  run {key}: {done[key]['status']} in {done[key]['wall_s']:.0f} s", file=sys.stderr, flush=True)
-        return done
-
-
-# --------------------------------------------------------------------------- evaluation
-
-
-def _finding_row(f: Any) -> dict[str, Any]:
-    return {"step": f.step, "detector": f.detector, "severity": f.severity, "status": f.status,
-            "family": (f.evidence or {}).get("family", ""), "message": f.message}
-
-
-def diagnose(job: Job, info: dict[str, Any], rescore: bool = False) -> Outcome:
-    """Live findings from the store and an offline replay through a fresh engine; ``rescore``: a
-    reused run is scored by the replay (its live findings came from the detectors of its day)."""
-    from rlcockpit import faults
-    from rlcockpit.config import from_dict
-    from rlcockpit.diagnostics.config import DiagnosticsConfig
-    from rlcockpit.diagnostics.offline import diagnose_run
-    from rlcockpit.store import open_store
-
-    out = Outcome(job, run_id=info["run_id"], status=info["status"], wall_s=info["wall_s"], error=info.get("error", ""))
-    out.expected = faults.get(job.fault).expected if job.fault else ()
-    out.rescored = bool(rescore and info.get("reused"))
-    if not out.run_id:
-        return out
-    reader = open_store(info["store"], create=False).reader()
-    try:
-        run = reader.get_run(out.run_id)
-        cfg = from_dict(DiagnosticsConfig, (run.config or {}).get("diagnostics", {}), prefix="diagnostics.")
-        report = diagnose_run(reader, out.run_id, cfg)
-        out.live = [_finding_row(f) for f in report.live_findings]
-        out.offline = [_finding_row(f) for f in report.findings]
-    finally:
-        reader.close()
-    return out
-
-
-def _raised(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [f for f in findings if f["status"] in ("raised", "escalated")]
-
-
-def score_fault(o: Outcome, findings: list[dict[str, Any]]) -> dict[str, Any]:
-    onset = o.job.onset or 0
-    raised = _raised(findings)
-    after = [f for f in raised if f["step"] >= onset]
-    hits = [f for f in after if f["detector"] in o.expected or f["family"] in o.expected]
-    orange = [f for f in after if f["severity"] in ORANGE_PLUS]
-    return {
-        "detected": bool(hits),
-        "expected_first": (hits[0]["step"] - onset, hits[0]["detector"], hits[0]["severity"]) if hits else None,
-        "latency": orange[0]["step"] - onset if orange else None,
-        "first_orange": (orange[0]["detector"], orange[0]["severity"]) if orange else None,
-        "pre_onset_orange": sum(1 for f in raised if f["step"] < onset and f["severity"] in ORANGE_PLUS),
-    }
-
-
-def score_healthy(findings: list[dict[str, Any]]) -> dict[str, int]:
-    raised = _raised(findings)
-    return {s: sum(1 for f in raised if f["severity"] == s) for s in ("yellow", "orange", "red", "black")}
-
-
-def same_findings(o: Outcome) -> bool:
-    key = [(f["step"], f["detector"], f["severity"], f["status"]) for f in o.live]
-    return key == [(f["step"], f["detector"], f["severity"], f["status"]) for f in o.offline]
-
-
-# --------------------------------------------------------------------------- peers
-
-
-def export_stream(o: Outcome, info: dict[str, Any], path: Path) -> None:
-    """The run's metric stream (+ per-sample reward, length, text) as JSONL for the peer runner."""
+def read_stream(info: dict[str, Any], with_samples: bool = True) -> list[StepRow]:
     from rlcockpit.diagnostics.offline import iter_steps
     from rlcockpit.store import open_store
 
     reader = open_store(info["store"], create=False).reader()
     try:
-        algo = (reader.get_run(o.run_id).config or {}).get("algo", "ppo")
-        lines = [json.dumps({"run": o.job.key, "onset": o.job.onset, "algo": algo})]
-        for step, metrics, samples, _ in iter_steps(reader, o.run_id):
-            if step < 1:
-                continue  # step 0 holds only the set-up time
-            rows = [{"reward": _num(s.reward), "length": s.length, "response": s.response, "prompt_id": s.prompt_id,
-                     "truncated": s.truncated, "components": {k: _num(v) for k, v in (s.components or {}).items()}}
-                    for s in samples]
-            lines.append(json.dumps({"step": step, "metrics": {k: _num(v) for k, v in metrics.items()},
-                                     "samples": rows}))
-        path.write_text("\n".join(lines) + "\n")
+        return list(iter_steps(reader, info["run_id"], with_samples=with_samples))
     finally:
         reader.close()
+
+
+def stitched(own: list[StepRow], twin: list[StepRow] | None, resumed_from: int | None) -> list[StepRow]:
+    """A resumed run's stream: the twin's steps up to the checkpoint, then its own."""
+    if resumed_from is None or twin is None:
+        return own
+    return [r for r in twin if r[0] <= resumed_from] + [r for r in own if r[0] > resumed_from]
+
+
+def run_diagnostics_config(info: dict[str, Any]) -> Any:
+    from rlcockpit.config import from_dict
+    from rlcockpit.diagnostics.config import DiagnosticsConfig
+    from rlcockpit.store import open_store
+
+    reader = open_store(info["store"], create=False).reader()
+    try:
+        run = reader.get_run(info["run_id"])
+    finally:
+        reader.close()
+    return from_dict(DiagnosticsConfig, (run.config or {}).get("diagnostics", {}), prefix="diagnostics.")
+
+
+def replay(stream: Sequence[StepRow], config: Any) -> list[dict[str, Any]]:
+    """The stream through a fresh engine in step order (as ``diagnose_run`` does)."""
+    from rlcockpit.diagnostics.engine import Engine
+
+    engine = Engine.from_config(config, incident_prefix="bench")
+    found = []
+    for step, metrics, samples, wall in stream:
+        found.extend(engine.observe(step, metrics, samples, wall))
+    return [_finding_row(f) for f in found]
+
+
+def live_findings(info: dict[str, Any]) -> list[dict[str, Any]]:
+    from rlcockpit.store import open_store
+
+    reader = open_store(info["store"], create=False).reader()
+    try:
+        return [_finding_row(f) for f in reader.read_findings(info["run_id"])]
+    finally:
+        reader.close()
+
+
+def _finding_row(f: Any) -> dict[str, Any]:
+    ev = f.evidence or {}
+    return {"step": f.step, "detector": f.detector, "severity": f.severity, "status": f.status,
+            "family": ev.get("family", ""), "key": str(ev.get("key", "")), "message": f.message}
+
+
+def _sig(rows: Iterable[dict[str, Any]]) -> list[tuple]:
+    return [(f["step"], f["detector"], f["severity"], f["status"]) for f in rows]
+
+
+def build_outcomes(jobs: list[Job], infos: dict[str, dict[str, Any]]) -> list[Outcome]:
+    """Read every stream once (twins kept while their fault runs are scored) and replay it."""
+    outcomes: dict[str, Outcome] = {}
+    twins = [j for j in jobs if not j.fault]
+    for twin in twins:
+        tinfo = infos.get(twin.key, {})
+        tstream = read_stream(tinfo) if tinfo.get("run_id") else None
+        for job in [twin, *(j for j in jobs if j.twin == twin.key)]:
+            outcomes[job.key] = score_stream(job, infos.get(job.key, {}), tstream)
+            print(f"  replayed {job.key}", file=sys.stderr, flush=True)
+    return [outcomes[j.key] for j in jobs if j.key in outcomes]
+
+
+def score_stream(job: Job, info: dict[str, Any], twin_stream: list[StepRow] | None) -> Outcome:
+    out = Outcome(job, info)
+    if not out.ok:
+        return out
+    own = twin_stream if not job.fault and twin_stream is not None else read_stream(info)
+    resumed = info.get("resumed_from")
+    stream = stitched(own, twin_stream, resumed)
+    config = run_diagnostics_config(info)
+    out.findings = replay(stream, config)
+    out.metrics = {step: m for step, m, _, _ in stream}
+    out.steps = max((s for s, *_ in stream), default=0)
+    if resumed is None:
+        out.same_as_live = _sig(f for f in out.findings if f["status"] != "resolved") == \
+            _sig(f for f in live_findings(info) if f["status"] != "resolved")
+    return out
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def ignored_metrics() -> set[str]:
+    """Metrics that ARE the injected hyper-parameters (every live parameter's logged value)."""
+    from rlcockpit.trainer.live import LIVE_SPECS
+
+    return {s.metric for s in LIVE_SPECS.values()} | {"kl/target"}
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= ATOL + RTOL * max(abs(a), abs(b))
+
+
+def first_divergence(fault: dict[int, dict[str, float]], twin: dict[int, dict[str, float]], last: int,
+                     ignored: set[str]) -> tuple[int | None, list[str]]:
+    """The first step (1..last) where any compared metric differs, and those metrics."""
+    for step in range(1, last + 1):
+        a, b = fault.get(step, {}), twin.get(step, {})
+        names = sorted(n for n in set(a) | set(b) if n not in ignored and not n.startswith(IGNORED_PREFIXES))
+        moved = [n for n in names if not _close(a.get(n), b.get(n))]
+        if moved:
+            return step, moved
+    return None, []
+
+
+def _raised(rows: Iterable[dict[str, Any]], lo: int, hi: int) -> list[dict[str, Any]]:
+    return [f for f in rows if f["status"] in ("raised", "escalated") and lo <= f["step"] <= hi]
+
+
+def score_fault(o: Outcome, twin: Outcome | None) -> dict[str, Any]:
+    """Divergence, the expected detection (twin-filtered), first orange+, twin findings, ramp timing."""
+    job, fault = o.job, make_fault(o.job.fault, o.job.variant)
+    lo, hi = job.first_step, o.steps
+    twin_rows = _raised(twin.findings, lo, hi) if twin else []
+    twin_keys = {(f["detector"], f["key"]) for f in twin_rows}
+    own = [f for f in _raised(o.findings, lo, hi) if (f["detector"], f["key"]) not in twin_keys]
+    hits = [f for f in own if f["detector"] in fault.expected or f["family"] in fault.expected]
+    orange = [f for f in own if f["severity"] in ORANGE_PLUS]
+    div, moved = first_divergence(o.metrics, twin.metrics, hi, ignored_metrics()) if twin else (None, [])
+    ref = div if div is not None else lo
+    s: dict[str, Any] = {
+        "shape": fault.shape, "expected": fault.expected, "divergence": div, "diverged": moved[:4],
+        "early_divergence": div is not None and div < lo,  # before the fault struck: the twin is not exact
+        "detected": bool(hits), "hit": _brief(hits[0], ref) if hits else None,
+        "latency": hits[0]["step"] - ref if hits else None,
+        "orange": _brief(orange[0], ref) if orange else None,
+        "twin": [f"{f['detector']} {f['severity']} @{f['step']}" for f in twin_rows],
+        "scored": (lo, hi),
+    }
+    if fault.shape == "ramp" and twin is not None:
+        s.update(ramp_timing(o, twin, fault.drives, lo, hi, hits))
+    return s
+
+
+def ramp_timing(o: Outcome, twin: Outcome, metric: str, lo: int, hi: int,
+                hits: list[dict[str, Any]]) -> dict[str, Any]:
+    """When ``metric`` left the twin's by 2x the twin's spread (std over the scored steps)."""
+    values = [twin.metrics.get(s, {}).get(metric) for s in range(lo, hi + 1)]
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if len(values) < 2:
+        return {"spread": None, "moved_2x": None, "in_time": None}
+    spread = statistics.pstdev(values)
+    moved = None
+    for step in range(lo, hi + 1):
+        a, b = o.metrics.get(step, {}).get(metric), twin.metrics.get(step, {}).get(metric)
+        if a is not None and b is not None and (not math.isfinite(a) or abs(a - b) > 2 * spread + ATOL):
+            moved = step
+            break
+    in_time = bool(hits) and (moved is None or hits[0]["step"] <= moved)
+    return {"spread": spread, "moved_2x": moved, "in_time": in_time}
+
+
+def _brief(f: dict[str, Any], ref: int) -> str:
+    return f"{f['detector']} {f['severity']} +{f['step'] - ref}"
+
+
+def score_healthy(o: Outcome) -> dict[str, int]:
+    raised = _raised(o.findings, 0, o.steps)
+    return {s: sum(1 for f in raised if f["severity"] == s) for s in SEVERITIES}
+
+
+# --------------------------------------------------------------------------- peers
+
+
+def export_stream(o: Outcome, stream: Sequence[StepRow], path: Path) -> None:
+    """The run's metric stream (+ per-sample reward, length, text) as JSONL for the peer runner
+    (interface unchanged: a head line, then one line per step)."""
+    algo = CONFIGS[o.job.config].algo
+    lines = [json.dumps({"run": o.job.key, "onset": o.job.first_step if o.job.fault else None, "algo": algo})]
+    for step, metrics, samples, _ in stream:
+        if step < 1:
+            continue  # step 0 holds only the set-up time
+        rows = [{"reward": _num(s.reward), "length": s.length, "response": s.response, "prompt_id": s.prompt_id,
+                 "truncated": s.truncated, "components": {k: _num(v) for k, v in (s.components or {}).items()}}
+                for s in samples]
+        lines.append(json.dumps({"step": step, "metrics": {k: _num(v) for k, v in metrics.items()}, "samples": rows}))
+    path.write_text("\n".join(lines) + "\n")
 
 
 def _num(v: Any) -> float | None:
@@ -248,109 +303,189 @@ def run_peers(python: str | None, streams: list[Path], out: Path) -> dict[str, A
         why = "not run: no peer venv (make .benchvenv-peers/.installed, then --peers-python)"
         return {p: {"error": why} for p in PEERS}
     cmd = [python, str(ROOT / "benchmarks" / "_peer_runner.py"), "--out", str(out), "--streams", *map(str, streams)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=4 * 3600)
     if proc.returncode != 0:
         return {p: {"error": f"peer runner exited {proc.returncode}: {proc.stderr[-400:]}"} for p in PEERS}
     return json.loads(out.read_text())
 
 
-def score_peer(peer: dict[str, Any], o: Outcome, healthy_names: set[str] = frozenset()) -> dict[str, Any]:
-    """First alert at or after the onset; ``specific``: ignoring alert types the peer also raises on
-    the healthy runs (a generic alarm that fires on every short run says nothing about the fault)."""
+def score_peer(peer: dict[str, Any], o: Outcome, twin: Outcome | None, ref: int | None) -> dict[str, Any]:
+    """Healthy: alert counts. Fault: the first alert from ``ref`` on of a type not raised on the twin
+    in the same steps (a generic alarm that also fires on the healthy twin says nothing)."""
     if "error" in peer:
         return {"error": peer["error"]}
-    run = peer["runs"].get(o.job.key, {})
+    run = peer.get("runs", {}).get(o.job.key, {})
     if run.get("status") != "ok":
         return {"error": run.get("error", "no result")}
     alerts = run["alerts"]
     if not o.job.fault:
         return {"alerts": len(alerts), "critical": sum(1 for a in alerts if str(a[2]).lower().startswith("crit")),
                 "names": sorted({a[1] for a in alerts})}
-    onset = o.job.onset or 0
-    after = [a for a in alerts if a[0] >= onset]
-    specific = [a for a in after if a[1] not in healthy_names]
-    return {"latency": after[0][0] - onset if after else None, "name": after[0][1] if after else "",
-            "specific": specific[0][0] - onset if specific else None,
-            "specific_name": specific[0][1] if specific else "",
-            "pre_onset": sum(1 for a in alerts if a[0] < onset)}
+    start, end = o.job.first_step, o.steps
+    twin_alerts = peer.get("runs", {}).get(twin.job.key, {}).get("alerts", []) if twin else []
+    generic = {a[1] for a in twin_alerts if start <= a[0] <= end}
+    ref = ref if ref is not None else start
+    hits = [a for a in alerts if ref <= a[0] <= end and a[1] not in generic]
+    return {"latency": hits[0][0] - ref if hits else None, "name": hits[0][1] if hits else ""}
 
 
-def healthy_alert_names(peers: dict[str, Any], healthy_keys: list[str]) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for p in PEERS:
-        runs = peers.get(p, {}).get("runs", {})
-        out[p] = {a[1] for k in healthy_keys for a in runs.get(k, {}).get("alerts", [])}
-    return out
-
-
-# --------------------------------------------------------------------------- tables
-
-
-def _cell_ours(s: dict[str, Any]) -> str:
-    exp = s["expected_first"]
-    first = f"{exp[1]} {exp[2]} +{exp[0]}" if exp else "missed"
-    lat = f"+{s['latency']} ({s['first_orange'][0]})" if s["latency"] is not None else "none"
-    return f"{first} | {lat}"
-
-
-def _cell_same(o: Outcome) -> str:
-    if o.rescored:  # the live findings are from older detectors: no comparison to make
-        return "re-scored offline"
-    return "yes" if same_findings(o) else "NO"
+# --------------------------------------------------------------------------- report
 
 
 def _cell_peer(p: dict[str, Any]) -> str:
     if "error" in p:
         return "n/a"
-    before = f" ({p['pre_onset']} before onset)" if p["pre_onset"] else ""
-    if p["latency"] is None:
-        return "missed" + before
-    cell = f"+{p['latency']} {p['name']}"
-    if p["specific"] != p["latency"] or p["specific_name"] != p["name"]:
-        cell += f"; specific: +{p['specific']} {p['specific_name']}" if p["specific"] is not None else "; specific: none"
-    return cell + before
+    return f"+{p['latency']} {p['name']}" if p["latency"] is not None else "missed"
 
 
-def fault_table(rows: list[tuple[Outcome, dict, dict[str, dict]]]) -> list[str]:
-    head = ("| fault | seed | expected detector fired (first, steps after onset) | first orange+ (steps after onset) "
-            "| orange+ before onset | offline = live | " + " | ".join(PEERS) + " |")
-    lines = [head, "|" + " --- |" * (6 + len(PEERS))]
-    for o, s, peers in rows:
-        lines.append(f"| {o.job.fault} | {o.job.seed} | {_cell_ours(s)} | {s['pre_onset_orange']} | "
-                     f"{_cell_same(o)} | " + " | ".join(_cell_peer(peers[p]) for p in PEERS) + " |")
+def _source(o: Outcome) -> str:
+    resumed = o.info.get("resumed_from")
+    if resumed is not None:
+        return f"twin 1-{resumed} + own"
+    return "whole run, offline = live" if o.same_as_live else "whole run, offline != LIVE"
+
+
+def fault_table(rows: list[tuple[Outcome, dict, dict]], peers: Sequence[str]) -> list[str]:
+    head = ["fault", "seed", "variant", "scored steps", "first divergence", "expected detector fired "
+            "(first, steps after divergence)", "first orange+ (steps after divergence)", "twin's findings in the "
+            "scored steps", "ramp: metric moved 2x spread at / caught in time", "stream", *peers]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for o, s, ps in rows:
+        div = "none" if s["divergence"] is None else str(s["divergence"]) + (" (BEFORE the fault)"
+                                                                             if s["early_divergence"] else "")
+        ramp = "-"
+        if s["shape"] == "ramp":
+            moved = "never" if s.get("moved_2x") is None else f"step {s['moved_2x']}"
+            ramp = f"{moved} / {'yes' if s.get('in_time') else 'no'}"
+        twin = ", ".join(s["twin"][:4]) + (f" (+{len(s['twin']) - 4})" if len(s["twin"]) > 4 else "") or "none"
+        cells = [o.job.fault, str(o.job.seed), o.job.variant.label(), f"{s['scored'][0]}-{s['scored'][1]}", div,
+                 s["hit"] or "missed", s["orange"] or "none", twin, ramp, _source(o),
+                 *(_cell_peer(ps[p]) for p in peers)]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def summary_table(rows: list[tuple[Outcome, dict, dict[str, dict]]]) -> list[str]:
+def summary_table(rows: list[tuple[Outcome, dict, dict]], peers: Sequence[str]) -> list[str]:
     by: dict[str, list] = {}
-    for o, s, peers in rows:
-        by.setdefault(o.job.fault, []).append((o, s, peers))
-    lines = ["| fault | expected detectors | detected (runs) | median latency, orange+ (steps) | "
-             + " | ".join(f"{p} detected" for p in PEERS) + " |", "|" + " --- |" * (4 + len(PEERS))]
+    for o, s, ps in rows:
+        by.setdefault(o.job.fault, []).append((o, s, ps))
+    head = ["fault", "expected detectors", "step runs caught", "ramp runs caught (in time)",
+            "median latency from divergence (steps)", *(f"{p} caught" for p in peers)]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for name, items in by.items():
-        det = sum(1 for _, s, _ in items if s["detected"])
+        steps = [s for _, s, _ in items if s["shape"] == "step"]
+        ramps = [s for _, s, _ in items if s["shape"] == "ramp"]
         lats = [s["latency"] for _, s, _ in items if s["latency"] is not None]
-        med = f"{statistics.median(lats):g}" if lats else "-"
-        peer_cells = []
-        for p in PEERS:
-            scored = [pp[p] for _, _, pp in items]
-            peer_cells.append("n/a" if any("error" in x for x in scored) else
-                              f"{sum(1 for x in scored if x['latency'] is not None)}/{len(items)} "
-                              f"({sum(1 for x in scored if x['specific'] is not None)}/{len(items)} specific)")
-        lines.append(f"| {name} | {', '.join(items[0][0].expected[:3])}{'…' if len(items[0][0].expected) > 3 else ''}"
-                     f" | {det}/{len(items)} | {med} | " + " | ".join(peer_cells) + " |")
+        exp = items[0][1]["expected"]
+        peer_cells = ["n/a" if any("error" in ps[p] for _, _, ps in items) else
+                      f"{sum(1 for _, _, ps in items if ps[p]['latency'] is not None)}/{len(items)}" for p in peers]
+        lines.append("| " + " | ".join([
+            name, ", ".join(exp[:3]) + ("…" if len(exp) > 3 else ""),
+            f"{sum(s['detected'] for s in steps)}/{len(steps)}" if steps else "-",
+            f"{sum(s['detected'] for s in ramps)}/{len(ramps)} ({sum(bool(s.get('in_time')) for s in ramps)})"
+            if ramps else "-",
+            f"{statistics.median(lats):g}" if lats else "-", *peer_cells]) + " |")
     return lines
 
 
-def healthy_table(rows: list[tuple[Outcome, dict, dict[str, dict]]]) -> list[str]:
-    lines = ["| healthy run | config | yellow | orange | red | black | offline = live | "
-             + " | ".join(f"{p} alerts (critical), types" for p in PEERS) + " |", "|" + " --- |" * (7 + len(PEERS))]
-    for o, s, peers in rows:
-        cells = ["n/a" if "error" in peers[p] else
-                 f"{peers[p]['alerts']} ({peers[p]['critical']}) {', '.join(peers[p]['names'])}" for p in PEERS]
-        lines.append(f"| {o.job.key} | {o.job.label} | {s['yellow']} | {s['orange']} | {s['red']} | {s['black']} | "
-                     f"{_cell_same(o)} | " + " | ".join(cells) + " |")
+def healthy_table(rows: list[tuple[Outcome, dict, dict]], peers: Sequence[str]) -> list[str]:
+    head = ["healthy run (twin)", "config", "steps", *SEVERITIES, "offline = live",
+            *(f"{p} alerts (critical), types" for p in peers)]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for o, s, ps in rows:
+        cells = ["n/a" if "error" in ps[p] else f"{ps[p]['alerts']} ({ps[p]['critical']}) {', '.join(ps[p]['names'])}"
+                 for p in peers]
+        same = "yes" if o.same_as_live else "NO"
+        lines.append("| " + " | ".join([o.job.key, CONFIGS[o.job.config].label, str(o.steps),
+                                        *(str(s[k]) for k in SEVERITIES), same, *cells]) + " |")
     return lines
+
+
+def build_report(outcomes: list[Outcome], peers: dict[str, Any], args: argparse.Namespace, commit: str,
+                 dirty: bool, wall: float) -> dict[str, Any]:
+    peer_names = [p for p in peers if isinstance(peers[p], dict)] or list(PEERS)
+    by_key = {o.job.key: o for o in outcomes}
+    fault_rows, healthy_rows = [], []
+    for o in outcomes:
+        if not o.ok:
+            continue
+        twin = by_key.get(o.job.twin) if o.job.fault else None
+        twin = twin if twin is not None and twin.ok else None
+        s = score_fault(o, twin) if o.job.fault else score_healthy(o)
+        ref = s.get("divergence") if o.job.fault else None
+        ps = {p: score_peer(peers.get(p, {"error": "missing"}), o, twin, ref) for p in peer_names}
+        (fault_rows if o.job.fault else healthy_rows).append((o, s, ps))
+    headline = headline_numbers(outcomes, fault_rows, healthy_rows, peer_names, args, commit, dirty, wall)
+    frozen = f"thresholds frozen at commit {commit}" + (" (detector code has UNCOMMITTED changes)" if dirty else "")
+    train = sum(float(o.info.get("wall_s", 0.0)) for o in outcomes)
+    text = "\n".join([
+        f"Split **{args.split}** (seeds {', '.join(map(str, sorted({o.job.seed for o in outcomes})))}), "
+        f"{frozen}. Measured {time.strftime('%Y-%m-%d')}: {len(fault_rows)} fault runs and {len(healthy_rows)} "
+        f"healthy runs (the twins); {train / 60:.0f} min of training summed over the runs trained or reused, "
+        f"{args.workers} in parallel; {len(headline['runs_failed'])} runs failed.", "",
+        "Headline: " + _headline_sentence(headline), "",
+        "### Per fault", "", *summary_table(fault_rows, peer_names), "",
+        "### Healthy runs (the twins)", "", *healthy_table(healthy_rows, peer_names), "",
+        "### Every fault run", "", *fault_table(fault_rows, peer_names), ""])
+    return {"text": text, "headline": headline}
+
+
+def headline_numbers(outcomes: list[Outcome], fault_rows: list, healthy_rows: list, peer_names: Sequence[str],
+                     args: argparse.Namespace, commit: str, dirty: bool, wall: float) -> dict[str, Any]:
+    steps = [s for _, s, _ in fault_rows if s["shape"] == "step"]
+    ramps = [s for _, s, _ in fault_rows if s["shape"] == "ramp"]
+    caught = sum(s["detected"] for s in steps)
+    lats = [s["latency"] for s in steps if s["latency"] is not None]
+    counts = {k: sum(s[k] for _, s, _ in healthy_rows) for k in SEVERITIES}
+    healthy_steps = sum(o.steps for o, _, _ in healthy_rows)
+    per_k = 1000.0 * counts["orange"] / healthy_steps if healthy_steps else None
+    whole = [o for o in outcomes if o.ok and o.same_as_live is not None]
+    pct = round(100.0 * caught / len(steps), 1) if steps else None
+    med = statistics.median(lats) if lats else None
+    out: dict[str, Any] = {
+        "split": args.split, "frozen_commit": commit, "detectors_dirty": dirty, "quick": bool(args.quick),
+        "step_faults_caught": f"{caught}/{len(steps)}", "step_faults_caught_pct": pct,
+        "median_latency_from_divergence": med,
+        "ramps_caught": f"{sum(s['detected'] for s in ramps)}/{len(ramps)}",
+        "ramps_caught_before_2x_spread": f"{sum(bool(s.get('in_time')) for s in ramps)}/{len(ramps)}",
+        "healthy": {"runs": len(healthy_rows), "steps": healthy_steps, **counts,
+                    "orange_per_1000_steps": round(per_k, 2) if per_k is not None else None},
+        "targets": {"step_caught_ge_90pct": _pass(pct is not None and pct >= TARGETS["step_caught_pct"], pct),
+                    "median_latency_le_5": _pass(med is not None and med <= TARGETS["median_latency"], med),
+                    "healthy_no_red_black": _pass(counts["red"] + counts["black"] == 0, healthy_steps or None),
+                    "healthy_orange_le_1_per_1000": _pass(per_k is not None and per_k <= TARGETS["orange_per_1000"],
+                                                         per_k)},
+        "divergence_before_fault": sorted(o.job.key for o, s, _ in fault_rows if s["early_divergence"]),
+        "offline_matches_live": f"{sum(1 for o in whole if o.same_as_live)}/{len(whole)}",
+        "runs_failed": sorted(o.job.key for o in outcomes if not o.ok),
+        "runs": len(outcomes), "wall_time_s": round(wall, 1),
+        "training_s_total": round(sum(float(o.info.get("wall_s", 0.0)) for o in outcomes), 1),
+    }
+    for p in peer_names:
+        scored = [ps[p] for _, _, ps in fault_rows]
+        ok = scored and not any("error" in x for x in scored)
+        out[f"{p}_caught"] = f"{sum(1 for x in scored if x['latency'] is not None)}/{len(scored)}" if ok else "n/a"
+    out["peers_status"] = {p: peers_status(p, fault_rows, healthy_rows) for p in peer_names}
+    return out
+
+
+def peers_status(p: str, fault_rows: list, healthy_rows: list) -> str:
+    errors = [ps[p]["error"] for _, _, ps in [*fault_rows, *healthy_rows] if "error" in ps[p]]
+    return errors[0] if errors else "ok"
+
+
+def _pass(ok: bool, value: Any) -> str:
+    return "n/a" if value is None else ("pass" if ok else "fail")
+
+
+def _headline_sentence(h: dict[str, Any]) -> str:
+    hh = h["healthy"]
+    return (f"step faults caught by an expected detector **{h['step_faults_caught']}** "
+            f"({h['step_faults_caught_pct']}%), median latency from the first divergence "
+            f"**{h['median_latency_from_divergence']}** steps; ramps caught {h['ramps_caught']}, before their "
+            f"metric moved 2x its healthy spread **{h['ramps_caught_before_2x_spread']}**; healthy runs "
+            f"({hh['runs']} runs, {hh['steps']} steps): yellow {hh['yellow']}, orange {hh['orange']}, red "
+            f"{hh['red']}, black {hh['black']} (**{hh['orange_per_1000_steps']}** orange per 1,000 steps).")
 
 
 def write_docs(path: Path, text: str) -> None:
@@ -366,24 +501,23 @@ def write_docs(path: Path, text: str) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help=f"smoke test: {', '.join(QUICK_FAULTS)} + 1 healthy run, "
-                   "1 seed, onset 4, 3 steps after, 8 prompts per step")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per fault (default 3)")
-    p.add_argument("--onset", type=int, default=10, help="fault onset step (default 10)")
-    p.add_argument("--after", type=int, default=15, help="steps trained after the onset (default 15)")
+    p.add_argument("--split", choices=sorted(SPLITS), default="calibration",
+                   help="calibration: seeds 0-4 (tuning allowed); evaluation: seeds 100-104 (refuses to run with "
+                        "uncommitted detector changes)")
+    p.add_argument("--quick", action="store_true", help="smoke test: lr_spike (late, resumed from the twin), "
+                   "nan_reward (onset 0), ref_prompt_template, 1 short PPO twin; the split's first seed, 8 prompts")
     p.add_argument("--faults", nargs="*", help="only these faults (default: all)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for fault runs")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel runs (default: core count)")
-    p.add_argument("--out", type=Path, help="directory for the stores and streams (default: a temp dir)")
-    p.add_argument("--reuse", action="store_true", help="keep the finished runs already in --out (resume)")
-    p.add_argument("--rescore", action="store_true", help="with --reuse: score the reused runs by their offline "
-                   "replay through the current detectors (their live findings are from the detectors they ran with)")
-    p.add_argument("--peers-python", help="python of .benchvenv-peers (default: ./.benchvenv-peers/bin/python if any)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override for every run (fault runs and twins alike)")
+    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="parallel runs (default 2)")
+    p.add_argument("--out", type=Path, help="directory for the stores, checkpoints and streams (default: a temp dir)")
+    p.add_argument("--reuse", action="store_true", help="keep the finished runs already in --out (every run is "
+                   "scored by its offline replay through the current detectors, so reused runs are scored alike)")
+    p.add_argument("--peers-python", help="python of .benchvenv-peers (default: ./.benchvenv-peers/bin/python if any; "
+                   "'' = no peers)")
     p.add_argument("--docs", type=Path, default=None, help=f"write the tables into this file between markers "
                    f"(default: {DOCS.relative_to(ROOT)} unless --quick)")
     args = p.parse_args(argv)
-    if args.quick:
-        args.onset, args.after = 4, 3
     if args.peers_python is None and (ROOT / ".benchvenv-peers" / "bin" / "python").exists():
         args.peers_python = str(ROOT / ".benchvenv-peers" / "bin" / "python")
     if args.docs is None and not args.quick:
@@ -393,21 +527,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    commit, dirty = detector_commit(args.split)
     t0 = time.perf_counter()
-    out_dir = args.out or Path(tempfile.mkdtemp(prefix="rlcockpit-detection-"))
+    out_dir = (args.out or Path(tempfile.mkdtemp(prefix="rlcockpit-detection-"))).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = make_jobs(args)
-    quick = ("rollout.batch_size=8", "ppo.minibatch_size=8", "rollout.max_new_tokens=12") if args.quick else ()
-    print(f"{len(jobs)} runs, {args.workers} in parallel, stores in {out_dir}", file=sys.stderr, flush=True)
-    infos = run_all(jobs, out_dir, args.workers, quick, reuse=args.reuse)
-    outcomes = [diagnose(j, infos[j.key], args.rescore) for j in jobs]
-    streams = []
-    for o in outcomes:
-        if o.run_id:
-            streams.append(out_dir / f"{o.job.key}.stream.jsonl")
-            export_stream(o, infos[o.job.key], streams[-1])
-    peers = run_peers(args.peers_python, streams, out_dir / "peers.json")
-    report = build_report(outcomes, peers, args, time.perf_counter() - t0)
+    jobs = make_jobs(args.split, args.faults, args.quick)
+    extra = (*(QUICK_OVERRIDES if args.quick else ()), *args.set)
+    n_fault = sum(1 for j in jobs if j.fault)
+    print(f"split {args.split}: {n_fault} fault runs + {len(jobs) - n_fault} twins, "
+          f"{sum(j.steps - (j.resume_step or 0) for j in jobs)} steps to train, {args.workers} in parallel; "
+          f"stores in {out_dir}", file=sys.stderr, flush=True)
+    infos = Scheduler(jobs, out_dir, args.workers, tuple(extra)).run(args.reuse)
+    outcomes = build_outcomes(jobs, infos)
+    with_peers = bool(args.peers_python) and Path(args.peers_python).exists()
+    streams = export_streams(outcomes, infos, out_dir) if with_peers else []
+    peers = run_peers(args.peers_python if with_peers else None, streams, out_dir / "peers.json")
+    report = build_report(outcomes, peers, args, commit, dirty, time.perf_counter() - t0)
     print(report["text"])
     if args.docs:
         write_docs(args.docs, report["text"])
@@ -415,58 +550,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def build_report(outcomes: list[Outcome], peers: dict[str, Any], args: argparse.Namespace,
-                 wall: float) -> dict[str, Any]:
-    fault_rows, healthy_rows = [], []
-    generic = healthy_alert_names(peers, [o.job.key for o in outcomes if not o.job.fault])
+def export_streams(outcomes: list[Outcome], infos: dict[str, dict[str, Any]], out_dir: Path) -> list[Path]:
+    """Each run's (stitched) stream as JSONL for the peers; twins re-read once per twin."""
+    paths = []
+    twin_streams: dict[str, list[StepRow]] = {}
     for o in outcomes:
-        peer_scores = {p: score_peer(peers.get(p, {"error": "missing"}), o, generic[p]) for p in PEERS}
-        if o.job.fault:
-            fault_rows.append((o, score_fault(o, o.scored), peer_scores))
-        else:
-            healthy_rows.append((o, score_healthy(o.scored), peer_scores))
-    train = sum(o.wall_s for o in outcomes)
-    live = [o for o in outcomes if o.run_id and not o.rescored]
-    rescored = [o for o in outcomes if o.rescored]
-    source = (f" {len(live)} runs trained by this invocation are scored by their live findings; {len(rescored)} runs "
-              f"reused from an earlier --out are re-scored by replaying their stored streams through the current "
-              f"detectors (offline)." if rescored else "")
-    detected = sum(1 for _, s, _ in fault_rows if s["detected"])
-    lats = [s["latency"] for _, s, _ in fault_rows if s["latency"] is not None]
-    names = {o.job.fault for o, _, _ in fault_rows}
-    names_hit = {o.job.fault for o, s, _ in fault_rows if s["detected"]}
-    headline: dict[str, Any] = {
-        "faults_detected": f"{detected}/{len(fault_rows)}",
-        "fault_names_detected": f"{len(names_hit)}/{len(names)}",
-        "missed": sorted(names - names_hit),
-        "median_latency_steps": statistics.median(lats) if lats else None,
-        "healthy_red_or_black": sum(s["red"] + s["black"] for _, s, _ in healthy_rows),
-        "healthy_runs": len(healthy_rows),
-        "offline_matches_live": f"{sum(1 for o in live if same_findings(o))}/{len(live)}",
-        "rescored_offline": sorted(o.job.key for o in outcomes if o.rescored),
-        "failed_runs": sorted(o.job.key for o in outcomes if o.status not in ("finished", "stopped")),
-        "quick": bool(args.quick), "onset": args.onset, "steps": args.onset + args.after,
-        "wall_time_s": round(wall, 1), "training_s_total": round(train, 1),
-    }
-    headline["peers_status"] = {p: peers.get(p, {}).get("error") or f"ok ({peers[p].get('version')})" for p in PEERS}
-    for p in PEERS:
-        scored = [ps[p] for _, _, ps in fault_rows]
-        if any("error" in x for x in scored) or not scored:
-            headline[f"{p}_detected"] = "n/a"
+        if not o.ok:
             continue
-        plat = [x["latency"] for x in scored if x["latency"] is not None]
-        headline[f"{p}_detected"] = f"{len(plat)}/{len(scored)}"
-        headline[f"{p}_detected_specific"] = f"{sum(1 for x in scored if x['specific'] is not None)}/{len(scored)}"
-        headline[f"{p}_median_latency_steps"] = statistics.median(plat) if plat else None
-        headline[f"{p}_healthy_alerts"] = sum(ps[p].get("alerts", 0) for _, _, ps in healthy_rows)
-    text = "\n".join([
-        f"Measured {time.strftime('%Y-%m-%d')}: {len(fault_rows)} fault runs (onset step {args.onset}, "
-        f"{args.onset + args.after} steps each) and {len(healthy_rows)} healthy runs; {train / 60:.0f} min of "
-        f"training summed over the runs, {args.workers} runs in parallel on a shared 2-core machine.{source}", "",
-        "### Per fault", "", *summary_table(fault_rows), "",
-        "### Healthy runs", "", *healthy_table(healthy_rows), "",
-        "### Every fault run", "", *fault_table(fault_rows), ""])
-    return {"text": text, "headline": headline}
+        own = read_stream(o.info)
+        twin = None
+        if o.info.get("resumed_from") is not None:
+            if o.job.twin not in twin_streams:
+                twin_streams.clear()  # outcomes come grouped by twin: keep one in memory
+                twin_streams[o.job.twin] = read_stream(infos[o.job.twin])
+            twin = twin_streams[o.job.twin]
+        paths.append(out_dir / f"{o.job.key}.stream.jsonl")
+        export_stream(o, stitched(own, twin, o.info.get("resumed_from")), paths[-1])
+    return paths
 
 
 if __name__ == "__main__":
