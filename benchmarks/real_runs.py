@@ -217,8 +217,9 @@ def evaluate(entry: dict[str, Any], corpus: Path, store_uri: str) -> RunResult:
         return result
     result.first = report.first_step
     result.steps = (report.last_step - report.first_step + 1) if report.steps else 0
+    family_of = {c.detector: c.family for c in report.coverage}  # the detector class's family
     result.findings = [{"step": f.step, "detector": f.detector, "severity": f.severity,
-                        "family": f.evidence.get("family", ""), "message": f.message}
+                        "family": family_of.get(f.detector, ""), "message": f.message}
                        for f in report.findings if f.status in ("raised", "escalated")]
     result.coverage = list(report.coverage)
     result.derived = dict(parsed.derived)
@@ -380,6 +381,7 @@ def headline(results: list[RunResult], scored: dict, wall: float, missing_famili
         "healthy_orange_per_1k_steps": round(1000 * oranges / healthy_steps, 2) if healthy_steps else None,
         "failures_found": f"{sum(1 for i in fail_items if i[2])}/{len(fail_items)}",
         "anomalies_found": f"{sum(1 for i in anomaly_items if i[2])}/{len(anomaly_items)}",
+        "failures_without_onset_flagged": _flagged_without_onset(results),
         "missed": [f"{t.run}: {t.name}" for items in scored.values() for t, _, hit in items if not hit],
         "latencies": latencies,
         "unknown_runs_findings": dict(sum((r.tiers() for r in results
@@ -389,6 +391,15 @@ def headline(results: list[RunResult], scored: dict, wall: float, missing_famili
         "families_without_detector": missing_families,
         "window_steps": WINDOW, "wall_s": round(wall, 1),
     }
+
+
+def _flagged_without_onset(results: list[RunResult]) -> str:
+    """Reported failures without an onset step (not scored): how many got a relevant finding."""
+    runs = [r for r in results if r.entry.get("label") == FAILURE
+            and r.entry.get("failure_step") is None]
+    flagged = sum(any(f["family"] in failure_families(r.entry.get("failure_type"))
+                      for f in r.findings) for r in runs)
+    return f"{flagged}/{len(runs)}"
 
 
 def write_docs(path: Path, table: str) -> None:
