@@ -6,13 +6,15 @@ are so timid that nothing is learned (learning rate too low, β too strong).
 Signal: ``policy/clip_frac``, the median over the last ``window`` steps (single-step jumps are the
 job of the spike detectors; the band is about a sustained state).
 Default thresholds: above 0.3 → yellow, above 0.4 → orange (001 Q24: healthy 10–30%, "20% → 70%
-pause"); below 0.0002 → yellow ("close to 0%", 001 Q24), judged after a warm-up of 20 steps
-(the first updates barely move the policy). The low bound is calibrated on the tiny world, whose
-healthy runs (2 epochs, ε 0.2) clip 0.2% (PPO) to 1.2% (GRPO) of tokens (medians of 3 recorded
-runs): the seed's 10% floor is for large models with many epochs and would flag every healthy
-tiny run — raise ``low`` to 0.05 for such setups.
-False positives: GRPO with one epoch clips exactly nothing (ratio = 1); runs that log a clip
-fraction of 0 by construction should disable the low bound (``low: 0``).
+pause"; a fraction of tokens, so it holds at any scale); "close to 0%" (001 Q24) is judged
+against the run's own level: the median falls below 5% (``low_ratio``) of its median over the 20
+steps after the warm-up (``min_steps``, 20: the first updates barely move the policy) → yellow.
+The healthy level depends on the setup — 0.2% (tiny PPO) to 1.2% (tiny GRPO) in the tiny world,
+0.2% on a verl 7 B PPO run, exactly 0 in single-epoch GRPO, where the ratio is 1 by construction
+— so no absolute floor holds at every scale (``low`` sets one; 0 = none, the default).
+Scale assumptions: a fraction (dimensionless); the low bound relative to the run's own level.
+False positives: a run whose clip fraction falls because it converged with a lowered learning
+rate (the schedule's end).
 Fix: too high — lower the actor learning rate, raise β, run fewer epochs, look for high-advantage
 outlier samples; too low — raise the learning rate or lower β.
 """
@@ -32,9 +34,14 @@ from rlcockpit.diagnostics.windows import Window, trailing_onset
 @dataclass(frozen=True)
 class ClipBandConfig(Config):
     window: int = option(10, help="Steps whose median clip fraction is judged.", range=(1, 10000))
-    low: float = option(0.0002, help="Yellow below this (0 = no lower bound).", range=(0.0, 1.0))
-    min_steps: int = option(20, help="Steps before the low bound is judged (warm-up).",
-                            range=(0, 100000))
+    low: float = option(0.0, help="Yellow below this absolute fraction (0 = no absolute bound).",
+                        range=(0.0, 1.0))
+    low_ratio: float = option(0.05, help="Yellow below this × the run's own level (0 = off).",
+                              range=(0.0, 1.0))
+    min_steps: int = option(20, help="Warm-up steps; the run's own level is the median of the "
+                            "`level_steps` after them.", range=(0, 100000))
+    level_steps: int = option(20, help="Steps whose median is the run's own level.",
+                              range=(1, 100000))
     high: float = option(0.3, help="Yellow above this.", range=(0.0, 1.0))
     orange: float = option(0.4, help="Orange above this.", range=(0.0, 1.0))
 
@@ -57,24 +64,35 @@ class ClipBand(Detector):
         super().__init__(config)
         self._window = Window(self.config.window)
         self._seen = 0
+        self._level: list[float] = []
 
     def update(self, view: StepView) -> Condition | object | None:
         if view.get("policy/clip_frac") is None:
             return SKIPPED
-        self._seen += self._window.push(view.finite("policy/clip_frac"), view.step)
+        value, cfg = view.finite("policy/clip_frac"), self.config
+        self._seen += self._window.push(value, view.step)
+        if value is not None and self._seen > cfg.min_steps and len(self._level) < cfg.level_steps:
+            self._level.append(value)
         if not self._window.full:
             return None
-        cfg = self.config
         values = self._window.values
         median = float(np.median(values))
         if median > cfg.high:
             return self._high(median, values)
-        if median < cfg.low and self._seen > cfg.min_steps:
+        low = self._low()
+        if median < low:
             return Condition("yellow", f"clip fraction {median:.2%} (median of {cfg.window} "
-                             f"steps) below {cfg.low:.2%}: updates too timid to learn",
-                             self._evidence(median, cfg.low, values < cfg.low), key="low",
-                             message_zh=f"裁剪比例 {median:.2%} 低于 {cfg.low:.2%}：更新过于保守")
+                             f"steps) below {low:.2%}: updates too timid to learn",
+                             self._evidence(median, low, values < low), key="low",
+                             message_zh=f"裁剪比例 {median:.2%} 低于 {low:.2%}：更新过于保守")
         return None
+
+    def _low(self) -> float:
+        """The low bound: the absolute ``low`` or ``low_ratio`` × the run's own level."""
+        cfg = self.config
+        own = cfg.low_ratio * float(np.median(self._level)) \
+            if len(self._level) >= cfg.level_steps else 0.0
+        return max(cfg.low if self._seen > cfg.min_steps else 0.0, own)
 
     def _high(self, median: float, values: np.ndarray) -> Condition:
         cfg = self.config

@@ -5,12 +5,17 @@ one step kicks the policy out of the trust region) or too small (learning rate t
 vanishing gradients, an over-strong KL penalty: training stalls).
 Signal: ``update/ratio/actor`` (and ``update/ratio/critic`` when logged) = ‖Δθ‖ / ‖θ‖ per
 optimizer step, the median over ``window`` steps.
-Default thresholds: above 0.1 → orange (001 Q22: healthy 0.001–0.1); below 1e-4 → yellow; a jump
-to > 10× the median of the previous (up to) 20 steps, once 5 are known → orange (key "jump/<net>": a learning rate raised
-100× moves the tiny actor from 8e-4 to 7e-2 per step — still inside the seed's band, but the
-KL explodes the same step). The low
-bound is calibrated on the tiny world, whose healthy PPO actor moves ≈ 7e-4 per step (AdamW,
-lr 5e-5 to 1e-4): the seed's 1e-3 would flag every healthy tiny run.
+Default thresholds: above 0.1 → orange (001 Q22: healthy 0.001–0.1; a relative change of the
+weights, so it holds at any size); a jump to > 10× the median of the previous (up to) 20 steps,
+once 5 are known → orange (key "jump/<net>": the weights moved 10× more than they just did — the
+tiny actor goes from 8e-4 to 7e-2 per step when its learning rate is raised 100×, still inside
+the seed's band, and the KL explodes the same step); below 1% of its own median over the first
+10 steps → yellow (key "low/<net>": the weights almost stopped moving). The low bound is
+relative because the healthy ratio depends on the model, optimizer and learning rate (the tiny
+PPO actor moves ≈ 7e-4 per step; a LoRA adapter or a 7 B model at lr 1e-6 moves far less):
+no absolute floor holds at every scale (``low`` sets one, 0 = none).
+Scale assumptions: the ratio is dimensionless; the jump and the low bound are relative to the
+run's own history.
 False positives: the warm-up of a learning-rate schedule (ratios start near 0): the median window
 absorbs a short warm-up; a schedule decaying to ~0 at the end of a run.
 Fix: too high — lower the learning rate, enable gradient clipping; too low — raise the learning
@@ -34,7 +39,12 @@ _NETS = ("actor", "critic")
 @dataclass(frozen=True)
 class UpdateRatioConfig(Config):
     window: int = option(5, help="Steps whose median update ratio is judged.", range=(1, 10000))
-    low: float = option(1e-4, help="Yellow below this (0 = no lower bound).", range=(0.0, 1.0))
+    low: float = option(0.0, help="Yellow below this absolute ratio (0 = no absolute bound).",
+                        range=(0.0, 1.0))
+    low_ratio: float = option(0.01, help="Yellow below this × the median of the first "
+                              "`baseline_steps` steps (0 = off).", range=(0.0, 1.0))
+    baseline_steps: int = option(10, help="Early steps whose median is the run's own level.",
+                                 range=(1, 100000))
     high: float = option(0.1, help="Orange above this.", range=(0.0, 1e6))
     jump_ratio: float = option(10.0, help="Orange when the ratio exceeds this × the median of the "
                                "previous `history` steps.", range=(1.0, 1e9))
@@ -46,6 +56,7 @@ class UpdateRatioConfig(Config):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.low < self.high, "low", self.low, f"must be below high={self.high}")
+        check(self.low_ratio < 1.0, "low_ratio", self.low_ratio, "must be below 1")
 
 
 @register
@@ -61,6 +72,7 @@ class UpdateRatio(Detector):
         super().__init__(config)
         self._windows = {net: Window(self.config.window) for net in _NETS}
         self._history = {net: Window(self.config.history) for net in _NETS}
+        self._baseline: dict[str, list[float]] = {net: [] for net in _NETS}
 
     def update(self, view: StepView) -> list[Condition] | object:
         if all(view.get(f"update/ratio/{net}") is None for net in _NETS):
@@ -72,6 +84,9 @@ class UpdateRatio(Detector):
             if value is not None and len(history) >= self.config.min_history:
                 found.append(self._jump(net, value, history, view.step))
             history.push(value, view.step)
+            base = self._baseline[net]
+            if value is not None and len(base) < self.config.baseline_steps:
+                base.append(value)
             if window.push(value, view.step) and window.full:
                 found.append(self._judge(net, window))
         return [c for c in found if c is not None]
@@ -84,18 +99,21 @@ class UpdateRatio(Detector):
         evidence = {"update_ratio": value, "previous_median": median, "ratio": value / median,
                     "threshold": cfg.jump_ratio, "history": cfg.history,
                     "signal": "update ratio", "onset_step": step}
-        return Condition("orange", f"{net} update/parameter ratio jumped to {value:.2g}, "
-                         f"{value / median:.0f}× its previous median {median:.2g} (learning rate "
-                         "raised?)", evidence, key=f"jump/{net}",
-                         message_zh=f"{net} 参数更新比跃升至 {value:.2g}，为此前中位数的 "
-                                    f"{value / median:.0f} 倍（学习率被调高？）")
+        return Condition("orange", f"{net} weights moved {value / median:.0f}× more than in the "
+                         f"previous steps (update/parameter ratio {value:.2g}, median {median:.2g}): "
+                         "the policy is pushed far per step", evidence, key=f"jump/{net}",
+                         message_zh=f"{net} 参数单步更新幅度为此前的 {value / median:.0f} 倍"
+                                    f"（更新比 {value:.2g}，此前中位数 {median:.2g}）")
 
     def _judge(self, net: str, window: Window) -> Condition | None:
         cfg = self.config
         values, steps = window.values, window.steps
         median = float(np.median(values))
-        outside = values > cfg.high if median > cfg.high else values < cfg.low
-        evidence = {"update_ratio_median": median, "window": cfg.window, "low": cfg.low,
+        base = self._baseline[net]
+        low = max(cfg.low, cfg.low_ratio * float(np.median(base)) if
+                  len(base) >= cfg.baseline_steps else 0.0)
+        outside = values > cfg.high if median > cfg.high else values < low
+        evidence = {"update_ratio_median": median, "window": cfg.window, "low": low,
                     "high": cfg.high, "signal": "update ratio",
                     "onset_step": trailing_onset(steps, outside) or int(steps[-1])}
         if median > cfg.high:
@@ -103,8 +121,10 @@ class UpdateRatio(Detector):
                              f"{cfg.high:g}: steps too large (learning rate too high?)", evidence,
                              key=f"high/{net}",
                              message_zh=f"{net} 参数更新比 {median:.2g} 超过 {cfg.high:g}：学习率过高？")
-        if median < cfg.low:
+        if median < low:
             return Condition("yellow", f"{net} update/parameter ratio {median:.2g} below "
-                             f"{cfg.low:g}: almost no learning", evidence, key=f"low/{net}",
-                             message_zh=f"{net} 参数更新比 {median:.2g} 低于 {cfg.low:g}：几乎没有学习")
+                             f"{low:.2g} (1% of its early level): almost no learning", evidence,
+                             key=f"low/{net}",
+                             message_zh=f"{net} 参数更新比 {median:.2g} 低于 {low:.2g}"
+                                        "（早期水平的 1%）：几乎没有学习")
         return None
