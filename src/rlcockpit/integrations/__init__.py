@@ -1,6 +1,7 @@
 """Bridges between rlcockpit and other tools (DESIGN.md §2): the alias table that maps TRL, verl
 and OpenRLHF metric keys to catalog names (:mod:`.aliases`), importers for their log files and for
-TensorBoard (:mod:`.importers`), and the exporter of stored runs (:mod:`.export`).
+TensorBoard (:mod:`.importers`), a user's own key map for custom trainers (:mod:`.keymap`), and
+the exporter of stored runs (:mod:`.export`).
 
 Importing this package loads nothing: the names below resolve on first use, and pyarrow,
 tensorboard and the store load only when an import or export runs.
@@ -13,6 +14,7 @@ from typing import Any
 
 _LAZY = {name: "rlcockpit.integrations.aliases"
          for name in ("ALIASES", "SOURCES", "detect_source", "import_name", "to_catalog")}
+_LAZY["build_key_map"] = "rlcockpit.integrations.keymap"
 
 __all__ = sorted(_LAZY)
 

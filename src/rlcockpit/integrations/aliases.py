@@ -15,6 +15,9 @@ Keys are matched as logged and, for loggers that add a prefix, also without it: 
 (transformers ``integrations.integration_utils.rewrite_logs``); OpenRLHF writes ``train/<k>``
 (``openrlhf/trainer/ppo_trainer.py``, ``save_logs_and_checkpoints``).
 
+A trainer no table knows is mapped by its user (``rlcockpit import --map KEY=catalog/name``,
+:mod:`rlcockpit.integrations.keymap`); that map wins over this table in :func:`rename_keys`.
+
 ``python -m rlcockpit.integrations.aliases`` prints the Markdown table of docs/import_export.md;
 ``--update docs/import_export.md`` rewrites the generated part of that file.
 """
