@@ -238,6 +238,12 @@ def test_entropy_healthy_decline_is_quiet_and_blowup_is_orange():
     step, cond = first(make("entropy"), blow, "orange", "blowup")
     assert step == 22  # the recent median (k=5) crosses 3× once three of five values are high
     assert cond.evidence["ratio"] > 3
+    # near-uniform, in units of log V: a high-entropy model (early 4.0) reaching 0.6 × log V
+    big = [{"policy/entropy": v, "policy/entropy_uniform": math.log(151_936)}
+           for v in noisy(4.0, 20, 0.05) + [7.2] * 10]
+    step, cond = first(make("entropy"), big, "orange", "blowup")
+    assert step == 22 and cond.evidence["ratio"] < 3 and cond.evidence["threshold_uniform"] == 0.5
+    assert fired(make("entropy"), big[:20]) == []  # the same level without log V is 1.8x: quiet
 
 
 # ---------------------------------------------------------------------------- critic
@@ -303,8 +309,11 @@ def test_ppo_epoch_kl_orange_on_approx_kl_and_on_cycle_growth():
     rows = [{"policy/approx_kl": 0.001}] * 5 + [{"policy/approx_kl": 0.05, "ppo/epochs": 8}] * 2
     step, cond = first(make("ppo_epoch_kl"), rows, "orange", "approx_kl")
     assert step == 6 and cond.evidence["epochs"] == 8
-    rows = [{"kl/cycle_delta": v} for v in noisy(0.4, 15, 0.3)]
+    rows = [{"kl/cycle_delta": v, "kl/target": 1.0} for v in noisy(0.4, 15, 0.3)]
     assert first(make("ppo_epoch_kl"), rows, "orange", "cycle_delta")[0] == 9
+    # growth per cycle in nats per sequence means nothing without the run's target
+    assert fired(make("ppo_epoch_kl"), [{k: v for k, v in r.items() if k != "kl/target"}
+                                        for r in rows]) == []
 
 
 def test_ppo_epoch_kl_quiet_on_noisy_deltas_around_zero():

@@ -6,9 +6,14 @@ follows; *blow-up* — the entropy explodes and the text turns into gibberish.
 Signal: ``policy/entropy`` (mean per-token entropy). Collapse: the drop of the recent level
 (median of the last ``k`` steps) below the higher of the window's start and the run's early
 baseline (median of the first ``baseline_steps`` steps). Blow-up: the recent level above
-``blowup_ratio`` × the early baseline, or above ``blowup_abs``.
+``blowup_ratio`` × the early baseline, or above ``blowup_uniform`` × the entropy of a uniform
+distribution over the vocabulary (``policy/entropy_uniform`` = log V, when logged).
 Default thresholds: window 30 steps, k 5, baseline 10 steps; collapse > 50% drop → orange,
-> 80% → red (key "collapse"); blow-up > 3× baseline or > 5 nats per token → orange (key "blowup").
+> 80% → red (key "collapse"); blow-up > 3× baseline or > 0.5 × log V → orange (key "blowup").
+Scale assumptions: relative to the run's own early entropy, or normalised by log V — never in
+absolute nats (healthy per-token entropy: 0.2 on the tiny model, 0.03–0.5 on 3–9 B models; the
+real run 001's blow-up reached 6.4 nats = 0.53 × log 151,936, 21× its early level). An entropy
+near zero or near uniform from the first step is the ``levels`` detector's.
 False positives: the early, intended drop of a freshly fine-tuned model ("3.0 → 2.6", 001 Q4) stays
 well under 50%; a deliberately lowered sampling temperature lowers the entropy too.
 Fix: collapse — raise the entropy bonus or β, lower the actor learning rate, look for a reward
@@ -40,8 +45,8 @@ class EntropyConfig(Config):
     drop_red: float = option(0.8, help="Red above this drop.", range=(0.0, 1.0))
     blowup_ratio: float = option(3.0, help="Orange when the entropy exceeds this × baseline.",
                                  range=(1.0, 1e6))
-    blowup_abs: float = option(5.0, help="Orange when the entropy exceeds this (nats per token).",
-                               range=(0.0, 1e6))
+    blowup_uniform: float = option(0.5, help="Orange when the entropy exceeds this × log(vocabulary "
+                                   "size) (policy/entropy_uniform; 0 = off).", range=(0.0, 1.0))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -55,7 +60,7 @@ class EntropyConfig(Config):
 class Entropy(Detector):
     name = "entropy"
     family = "entropy"
-    reads = ("policy/entropy",)
+    reads = ("policy/entropy", "policy/entropy_uniform")
     patterns = ("entropy_collapse", "entropy_blowup")
     signal = "entropy"
     Config = EntropyConfig
@@ -79,7 +84,8 @@ class Entropy(Detector):
         values = self._window.values
         baseline = float(np.median(self._early))
         recent = float(np.median(values[-cfg.k:]))
-        found = [self._collapse(values, baseline, recent), self._blowup(baseline, recent)]
+        uniform = view.finite("policy/entropy_uniform")
+        found = [self._collapse(values, baseline, recent), self._blowup(baseline, recent, uniform)]
         return [c for c in found if c is not None]
 
     def _collapse(self, values: np.ndarray, baseline: float, recent: float) -> Condition | None:
@@ -102,13 +108,15 @@ class Entropy(Detector):
                          message_zh=f"策略熵骤降 {drop:.0%}（{start:.3g} → {recent:.3g}），"
                                     "疑似模式坍塌")
 
-    def _blowup(self, baseline: float, recent: float) -> Condition | None:
+    def _blowup(self, baseline: float, recent: float, uniform: float | None) -> Condition | None:
         cfg = self.config
         ratio = recent / baseline if baseline > 0 else math.inf
-        if ratio <= cfg.blowup_ratio and recent <= cfg.blowup_abs:
+        near_uniform = bool(uniform and cfg.blowup_uniform and recent > cfg.blowup_uniform * uniform)
+        if ratio <= cfg.blowup_ratio and not near_uniform:
             return None
         evidence = {"entropy": recent, "baseline": baseline, "ratio": ratio,
-                    "threshold_ratio": cfg.blowup_ratio, "threshold_abs": cfg.blowup_abs,
+                    "threshold_ratio": cfg.blowup_ratio, "entropy_uniform": uniform,
+                    "threshold_uniform": cfg.blowup_uniform,
                     "signal": "entropy", "onset_step": self._rise_onset(baseline)}
         return Condition("orange", f"policy entropy blew up to {recent:.3g} ({ratio:.1f}× its "
                          f"early level {baseline:.3g})", evidence, key="blowup",

@@ -9,6 +9,9 @@ noisy) relative to the KL target (``kl/target`` or the config's ``target``).
 Default thresholds: approx KL > 0.02 per token (001 Q23: "ΔKL < 0.02"; also the usual PPO
 ``target_kl``) for ``steps`` (2) consecutive steps → orange (key "approx_kl"); mean cycle delta
 over 10 cycles > 0.25 × target → orange (key "cycle_delta").
+Scale assumptions: approx KL is per token (old vs new policy: any model size); the cycle growth
+is per sequence, relative to the target (rlcockpit's trainer logs ``kl/target``; without one the
+cycle check is not judged).
 Measured on healthy tiny-world runs (3 runs × 120 steps): approx KL at most 6e-4 (PPO) / 6e-3
 (GRPO); single cycle deltas swing ±0.5–1.8 nats per sequence, their 10-cycle mean at most 0.12.
 False positives: a learning rate far too high moves the policy as much within one cycle (the
@@ -38,8 +41,9 @@ class PPOEpochKLConfig(Config):
     cycle_ratio: float = option(0.25, help="Orange when the mean kl/cycle_delta exceeds this × "
                                 "the KL target.", range=(1e-9, 1e6))
     window: int = option(10, help="Cycles whose mean kl/cycle_delta is judged.", range=(1, 1000))
-    target: float = option(1.0, help="KL target (nats per sequence) when kl/target is not logged.",
-                           range=(1e-9, 1e6))
+    target: float = option(0.0, help="KL target (nats per sequence) when kl/target is not logged "
+                           "(0 = none: the cycle check needs a target).",
+                           range=(0.0, 1e6))
 
 
 @register
@@ -85,6 +89,8 @@ class PPOEpochKL(Detector):
                 not self._deltas.full:
             return None
         target = view.finite("kl/target") or cfg.target
+        if not target:
+            return None  # a per-sequence growth means nothing without the run's KL scale
         mean = float(np.mean(self._deltas.values))
         if mean <= cfg.cycle_ratio * target:
             return None
