@@ -183,10 +183,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def replay(path: Path, options: UserImport, store_uri: str, run_id: str) -> tuple[Any, Any]:
-    """Import ``path`` as ``rlcockpit import`` does, then diagnose it as ``rlcockpit doctor``."""
-    from rlcockpit.diagnostics import DiagnosticsConfig
-    from rlcockpit.diagnostics.offline import diagnose_run
+def import_run(path: Path, options: UserImport, store_uri: str, run_id: str) -> Any:
+    """Import ``path`` as ``rlcockpit import`` does (read and check every file, then write)."""
     from rlcockpit.integrations.importers import read_paths, write_import
     from rlcockpit.store import open_store
 
@@ -197,23 +195,49 @@ def replay(path: Path, options: UserImport, store_uri: str, run_id: str) -> tupl
         write_import(writer, parsed, project="real-runs", name=path.stem, run_id=run_id)
     finally:
         writer.close()
+        store.close()
+    return parsed
+
+
+def diagnose(store_uri: str, run_id: str) -> Any:
+    """Replay a stored run as ``rlcockpit doctor`` does, with the default diagnostics config."""
+    from rlcockpit.diagnostics import DiagnosticsConfig
+    from rlcockpit.diagnostics.offline import diagnose_run
+    from rlcockpit.store import open_store
+
+    store = open_store(store_uri, create=False)
     reader = store.reader()
     try:
-        report = diagnose_run(reader, run_id, DiagnosticsConfig())
+        return diagnose_run(reader, run_id, DiagnosticsConfig())
     finally:
         reader.close()
         store.close()
-    return parsed, report
+
+
+def check_default_engine() -> None:
+    """Fail at setup, not 25 times: the default diagnostics config must build an engine."""
+    from rlcockpit.diagnostics import DiagnosticsConfig
+    from rlcockpit.diagnostics.engine import Engine
+
+    try:
+        Engine.from_config(DiagnosticsConfig())
+    except Exception as exc:  # any error here makes every run's score meaningless
+        raise SystemExit(f"the default diagnostics config does not build an engine "
+                         f"({type(exc).__name__}: {exc}); nothing was scored") from exc
 
 
 def evaluate(entry: dict[str, Any], corpus: Path, store_uri: str) -> RunResult:
     path = corpus / entry["file"]
     result = RunResult(entry=entry, rows=read_rows(path))
     options = USER_IMPORT.get(entry["file"][:3], UserImport())
-    try:
-        parsed, report = replay(path, options, store_uri, f"rr-{entry['file'][:3]}")
-    except Exception as exc:  # one unreadable run must not hide the other 24
-        result.error = f"{type(exc).__name__}: {exc}"
+    run_id = f"rr-{entry['file'][:3]}"
+    stage = "import"
+    try:  # one unreadable run must not hide the other 24; the table says which stage failed
+        parsed = import_run(path, options, store_uri, run_id)
+        stage = "diagnosis"
+        report = diagnose(store_uri, run_id)
+    except Exception as exc:
+        result.error = f"{stage} failed: {type(exc).__name__}: {exc}"
         return result
     result.first = report.first_step
     result.steps = (report.last_step - report.first_step + 1) if report.steps else 0
@@ -275,7 +299,7 @@ def run_row(result: RunResult, scored: dict[str, list[tuple[Target, int | None, 
     entry = result.entry
     label = entry.get("label", UNKNOWN)
     if result.error:
-        expect, verdict = "-", f"import failed: {result.error}"
+        expect, verdict = "-", result.error
     elif label == HEALTHY:
         ok, severe, orange = healthy_verdict(result)
         expect = f"no red/black, <= {ORANGE_PER_1K * result.steps / 1000:.2f} orange"
@@ -356,7 +380,7 @@ def report_text(results: list[RunResult], scored: dict, present_families: set[st
 
 def _findings_list(result: RunResult) -> str:
     if result.error:
-        return f"import failed ({result.error})"
+        return result.error
     if not result.findings:
         return "none"
     items = [f"{f['detector']} {f['severity']} @ {f['step']}" for f in result.findings[:8]]
@@ -375,7 +399,7 @@ def headline(results: list[RunResult], scored: dict, wall: float, missing_famili
     latencies = [hit["step"] - onset for _, onset, hit in fail_items + anomaly_items if hit]
     return {
         "benchmark": "real_runs", "runs": len(results),
-        "import_errors": [r.run for r in results if r.error],
+        "errors": [r.run for r in results if r.error],
         "healthy_runs_passing": f"{sum(v[0] for v in verdicts)}/{len(healthy)}",
         "healthy_red_or_black": sum(v[1] for v in verdicts),
         "healthy_orange_per_1k_steps": round(1000 * oranges / healthy_steps, 2) if healthy_steps else None,
@@ -458,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
     entries = load_index(args.corpus, {s.strip() for s in args.only.split(",") if s.strip()})
+    check_default_engine()
     with tempfile.TemporaryDirectory(prefix="rlcockpit-real-runs-") as tmp:
         uri = f"sqlite:///{tmp}/real_runs.db"
         results = []

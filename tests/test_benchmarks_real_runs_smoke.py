@@ -66,7 +66,7 @@ def test_real_runs_benchmark_on_a_mini_corpus(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     *body, last = proc.stdout.strip().splitlines()
     head = json.loads(last)
-    assert head["runs"] == 3 and head["import_errors"] == []
+    assert head["runs"] == 3 and head["errors"] == []
     assert head["failures_found"] == "1/1"  # the NaN loss at step 30 is found by nonfinite
     assert head["healthy_runs_passing"].endswith("/1") and head["anomalies_found"] == "0/0"
     text = "\n".join(body)
