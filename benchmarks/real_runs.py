@@ -364,8 +364,8 @@ def report_text(results: list[RunResult], scored: dict, present_families: set[st
         for target, onset, hit in items:
             fams = ", ".join(f if f in present_families else f"{f} (no such detector)"
                              for f in target.families) or "none declared"
-            lines.append(f"| {run} | {target.name} | {target.onset_rule} | {onset} | {fams} | "
-                         f"{_found_text(onset, hit)} |")
+            cells = [run, target.name, target.onset_rule, str(onset), fams, _found_text(onset, hit)]
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines += ["", "Custom trainers, imported with what a user would pass:", ""]
     for run, opts in USER_IMPORT.items():
         flags = [f"--map '{k}={v}'" for k, v in opts.key_map.items()]
