@@ -339,13 +339,19 @@ def paid_steps(n=20, at=10, paid=(2.5,), per_step=1, reward_scale=1.0, categorie
     return steps
 
 
-def test_paid_template_is_orange_once_two_over_paid_answers_share_it():
+def test_paid_template_is_yellow_when_paid_and_orange_once_the_policy_produces_more_of_it():
+    # the reward over-pays a template the policy emits now and then (1 per step): a reward-model
+    # observation (yellow), not yet a hack
     step, cond = first(make("reward_hacking"), paid_steps(), key="paid")
-    assert step == 11 and cond.severity == "orange"  # 1 filler per step: the second one
+    assert step == 11 and cond.severity == "yellow"  # 1 filler per step: the second one
     assert cond.evidence["ngram"] in FILLER and cond.evidence["over_paid"] == 2
     assert cond.evidence["reference_max"] == 1.0 and cond.evidence["onset_step"] == 10
-    step, cond = first(make("reward_hacking"), paid_steps(per_step=2), key="paid")
-    assert step == 10 and cond.severity == "orange"
+    assert first(make("reward_hacking"), paid_steps(n=30), "orange", key="paid") == (None, None)
+    # the policy learns it: 1, 1, 1 then 3 per step -> orange once the recent 3 steps
+    # hold twice as many as the first 3
+    steps = paid_steps(n=16, per_step=1)[:13] + paid_steps(n=16, per_step=3)[13:]
+    step, cond = first(make("reward_hacking"), steps, "orange", key="paid")
+    assert step == 15 and cond.evidence["growth"] >= 2.0 and "learning" in cond.message  # 6 steps known
 
 
 def test_paid_without_a_shared_template_is_yellow_and_quiet_on_bounded_rewards_and_scaling():
@@ -364,13 +370,15 @@ def test_paid_without_a_shared_template_is_yellow_and_quiet_on_bounded_rewards_a
     assert [c for c in conditions(make("reward_hacking"), scaled) if c.key == "paid"] == []
 
 
-def test_hackable_reward_fault_run_seed_1_is_caught_by_the_paid_template():
+def test_hackable_reward_fault_run_seed_1_is_caught_by_the_paid_template_then_its_spread():
     # recorded benchmark run: beta = 0, filler paid +3 from step 10; one filler per step at first
     # (steps 10, 12, 13, 14), so the template share and the reward mean barely move for 10 steps
     raised = [f for f in _observe_b("fault_kl_coef_zero_with_hackable_reward_s1")
               if f.detector == "reward_hacking"]
-    assert (raised[0].step, raised[0].severity, raised[0].evidence["key"]) == (12, "orange", "paid")
+    assert (raised[0].step, raised[0].severity, raised[0].evidence["key"]) == (12, "yellow", "paid")
     assert raised[0].evidence["ngram"] in FILLER and raised[0].evidence["reference_max"] == 1.0
+    # orange once the policy emits the paid filler twice as often as when it first appeared
+    assert (raised[1].step, raised[1].severity, raised[1].status) == (15, "orange", "escalated")
     assert not [f for f in raised if f.step < 10]
 
 

@@ -139,6 +139,11 @@ _POLICY = _specs("policy", [
      "Masked mean over response tokens of the actor's token entropy, computed from the logits "
      "(logsumexp form) during the update. Healthy: slow decline; a cliff (> 0.5 in 100 steps) is "
      "entropy collapse, a rise is the policy turning random."),
+    ("policy/entropy_uniform", "nats", "none",
+     "Entropy of a uniform distribution over the actor's vocabulary, log(vocabulary size): the "
+     "largest value policy/entropy can take (6.93 for 1,024 tokens, 11.9 for 151,936). A setting "
+     "logged every step so detectors can judge policy/entropy in units that hold at any scale; "
+     "an entropy near it means the policy samples noise."),
     ("policy/approx_kl", "nats", "band",
      "KL(old || new) between the rollout policy and the updated policy, k3 estimator "
      "(ratio - 1) - log ratio averaged over valid tokens. Healthy: about 0.001-0.02 per update; "

@@ -41,7 +41,8 @@ LOGGED_METRICS: dict[str, str] = {
     "kl/mean": "every step", "kl/token_mean": "every step", "kl/token_max": "every step",
     "kl/token_p99": "every step", "kl/coef": "every step (live / adaptive)", "kl/target": "with kl.adaptive (live)",
     "kl/cycle_delta": "from the second step",
-    "policy/entropy": "every step", "policy/approx_kl": "every step", "policy/clip_frac": "every step",
+    "policy/entropy": "every step", "policy/entropy_uniform": "every step (log of the actor's vocabulary size)",
+    "policy/approx_kl": "every step", "policy/clip_frac": "every step",
     "policy/ratio_mean": "every step", "policy/ratio_max": "every step", "policy/loss": "every step",
     "policy/clip_eps": "every step (live / adaptive)", "policy/entropy_coef": "every step (live)",
     "ppo/epochs": "every step (live)",
@@ -119,6 +120,14 @@ def response_metrics(state: StepState) -> dict[str, float]:
         "response/repetition_rate": repetition_rate(token_lists, n=3),
         "response/ppl": perplexity(state.old_logprobs, mask),
     }
+
+
+def entropy_uniform(model: torch.nn.Module) -> float:
+    """log(V) in nats, V the width of the actor's logits (its output embedding, else config.vocab_size): the
+    entropy of a uniform next-token distribution, so ``policy/entropy`` can be judged at any vocabulary size."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    width = getattr(head, "out_features", None) or getattr(getattr(model, "config", None), "vocab_size", None)
+    return math.log(width) if width and width > 1 else math.nan
 
 
 def advantage_metrics(state: StepState) -> dict[str, float]:

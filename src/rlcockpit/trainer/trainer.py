@@ -326,6 +326,7 @@ class Trainer:
                    **sm.response_metrics(state), **sm.advantage_metrics(state), **sm.value_metrics(state), **stats}
         metrics["reward/nonfinite_total"] = float(self.nonfinite_total)
         metrics["update/skipped_total"] = float(self.updater.skipped_total)
+        metrics["policy/entropy_uniform"] = sm.entropy_uniform(c.actor)
         if self.cfg.algo == "grpo":
             metrics["reward/frac_zero_std_groups"] = state.zero_std_groups / self.cfg.rollout.batch_size
         if math.isfinite(self.prev_kl_mean):  # no previous step, no cycle delta

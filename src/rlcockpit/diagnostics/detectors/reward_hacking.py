@@ -21,13 +21,19 @@ hacked samples, long before they are common enough to move the mean or a templat
 kl_coef_zero_with_hackable_reward fault runs the filler is 1–4 of 32 responses per step for 15
 steps after the onset (reward z ≤ 1.4, template share ≤ 13%), but each one is paid 2.5 where no
 response got more than 1.0 before.
-Default thresholds: "jump" when the reward's z ≥ ``z_jump`` (4) after ``warmup`` (10) steps:
+Default thresholds: "jump" when the reward's z ≥ ``z_jump`` (4) after ``warmup`` (10) steps (the z
+scale at least 5% of the reward's level and 10% of the largest per-step reward spread of the
+reference: a sparse reward's means of 0 then 0.02 are no jump):
 yellow alone, orange with one co-moving signal (|z| ≥ ``z_co`` = 3), red with two or more; no
 jump is reported when ``reward/std`` grew ≥ ``scale_ratio`` (5)× as well (a reward scale change,
 the ``reward_scale`` detector's finding).
 "paid" after ``paid_warmup`` (5) reference steps: ≥ ``paid_min`` (2) over-paid responses to ≥ 2
-prompts in the last 3 steps → yellow; orange when at least half of them share a character n-gram
-(to ≥ 2 prompts and, in a mix, ≥ 2 categories: a template the reward over-pays). Skipped when the step's reward spread grew ``scale_ratio``× (a scale change).
+prompts in the last 3 steps → yellow (the reward model pays something it never paid before: an
+observation of the reward, not yet a hack); orange when the policy exploits it — the over-paid
+responses per step grew ≥ ``paid_growth`` (2)× from their first 3 steps to the last 3 — and at
+least half of them share a character n-gram (to ≥ 2 prompts and, in a mix, ≥ 2 categories: a
+template the reward over-pays). On the recorded kl_coef_zero_with_hackable_reward seed-1 run:
+yellow at +2, orange at +5 (1, 0, 1 filler answers per step, then 1, 1, 2). Skipped when the step's reward spread grew ``scale_ratio``× (a scale change).
 Calibration: on the recorded healthy runs (PPO and GRPO, 25–120 steps) no response ever got a
 reward above the largest of the steps before (the tiny world's rewards are bounded), so the rule
 never fired; a reward model with a continuous score that keeps improving would make new maxima,
@@ -85,6 +91,8 @@ class RewardHackingConfig(Config):
     scale_ratio: float = option(5.0, help="No jump is reported when reward/std also grew this "
                                 "many times (a reward scale change: the reward_scale detector's "
                                 "finding).", range=(1.0, 1e6))
+    spread_floor: float = option(0.1, help="Smallest z scale of the reward mean, as a fraction of "
+                                 "the largest reward/std of the reference steps.", range=(0.0, 1e6))
     rel_floor: float = option(0.05, help="Smallest z scale as a fraction of the reference "
                               "median's magnitude.", range=(0.0, 10.0))
     ngram: int = option(6, help="Characters per n-gram of the template check.", range=(2, 64))
@@ -107,6 +115,9 @@ class RewardHackingConfig(Config):
                              range=(0.0, 1e6))
     paid_min: int = option(2, help="Paid: over-paid responses (to different prompts) needed in "
                            "the last `recent` steps.", range=(1, 1_000_000))
+    paid_growth: float = option(2.0, help="Paid: orange when the over-paid answers per step grew "
+                                "this many times since they first appeared (the policy exploits "
+                                "the pattern) and half of them share an n-gram.", range=(1.0, 1e6))
     paid_warmup: int = option(5, help="Paid: reference steps needed before judging.",
                               range=(1, 10_000))
 
@@ -150,6 +161,13 @@ class RewardHacking(Detector):
     def _floor(self, lagged: Lagged) -> float:
         return max(self.config.rel_floor * abs(lagged.median), 1e-9)
 
+    def _reward_floor(self) -> float:
+        """The reward mean's z scale is at least ``rel_floor`` × its level and ``spread_floor``
+        × the largest per-step reward spread of the reference: with a sparse reward (real run
+        016: mean 0 on 84 of 100 steps, 0.06–0.13 on the others) a mean of 0.02 is no jump."""
+        spread = float(np.max(self._std.reference.values)) if len(self._std.reference) else 0.0
+        return max(self._floor(self._reward), self.config.spread_floor * spread)
+
     def _jump(self, view: StepView) -> Condition | None:
         cfg = self.config
         self._reward.push(view.finite("reward/mean"), view.step)
@@ -158,14 +176,14 @@ class RewardHacking(Detector):
             lagged.push(view.finite(name), view.step)
         if not self._reward.ready(cfg.warmup):
             return None
-        z = self._reward.z(self._floor(self._reward))
+        z = self._reward.z(self._reward_floor())
         if z < cfg.z_jump or self._rescaled():
             return None
         moving = self._co_moving()
         severity = ("yellow", "orange", "red")[min(len(moving), 2)]
         ref = self._reward.median
         now = float(self._reward.recent.mean())
-        scale = self._reward.scale(self._floor(self._reward))
+        scale = self._reward.scale(self._reward_floor())
         labels = ", ".join(f"{label} {'up' if sign > 0 else 'down'}" for label, sign in moving)
         evidence = {"reward_now": now, "reward_reference": ref, "z": z, "z_threshold": cfg.z_jump,
                     "co_moving": {label: zc for (label, _), zc in moving.items()},
@@ -358,6 +376,7 @@ class PaidWatch:
         self._max: deque[float] = deque(maxlen=cfg.window)  # per reference step: largest reward
         self._spread: deque[float] = deque(maxlen=cfg.window)  # ... and the rewards' std
         self._pool: deque[tuple[int, list]] = deque(maxlen=cfg.recent)  # (step, over-paid)
+        self._counts: list[int] = []  # over-paid answers per step since the first one
 
     def update(self, view: StepView, rescaled: bool) -> Condition | None:
         samples = [s for s in view.samples[:self.cfg.max_samples] if math.isfinite(s.reward)]
@@ -370,6 +389,8 @@ class PaidWatch:
         if ready and float(rewards.std()) >= self.cfg.scale_ratio * float(np.median(self._spread)):
             rescaled = True  # every reward grew: the reward_scale detector's finding
         over = [s for s in samples if s.reward > bar] if not rescaled else []
+        if over or self._counts:
+            self._counts.append(len(over))
         if over:
             self._pool.append((view.step, over))
         else:  # only steps without over-paid answers become the reference
@@ -387,21 +408,37 @@ class PaidWatch:
         if 2 * users < len(paid):  # a common word among many over-paid answers is no template
             gram, users = None, 0
         top = sorted(paid, key=lambda s: -s.reward)
-        evidence = {"over_paid": len(paid), "prompts": len(prompts), "bar": bar,
+        growth = self._growth()
+        evidence = {"over_paid": len(paid), "prompts": len(prompts), "bar": bar, "growth": growth,
+                    "per_step": self._counts[-3 * self.cfg.recent:],
                     "reference_max": max(self._max), "ngram": gram, "ngram_users": users,
                     "examples": [{"reward": s.reward, "response": s.response[:200]}
                                  for s in top[:3]],
                     "signal": "reward per sample",
                     "onset_step": next(step for step, over in self._pool if over)}
         what = f"{len(paid)} responses to {len(prompts)} prompts were paid above {bar:.3g}"
-        if gram is None:
+        if gram is None or growth is None or growth < self.cfg.paid_growth:
+            shared = f", {users} sharing {gram!r}" if gram else ""
             return Condition("yellow", f"over-paid responses: {what} (more than any response of "
-                             "the steps before)", evidence, key="paid",
-                             message_zh=f"奖励异常偏高：{len(paid)} 个回答的奖励超过 {bar:.3g}")
-        return Condition("orange", f"over-paid template: {what}, {users} of them sharing "
-                         f"{gram!r}: the reward may pay for a pattern", evidence, key="paid",
-                         message_zh=f"模板被过度奖励：{users} 个高奖励回答共享 {gram!r}，"
-                                    "奖励可能在为某种模式买单")
+                             f"the steps before{shared}): a pattern the policy may learn to exploit",
+                             evidence, key="paid",
+                             message_zh=f"奖励异常偏高：{len(paid)} 个回答的奖励超过 {bar:.3g}，"
+                                        "策略可能学会利用它")
+        return Condition("orange", f"the policy is learning an over-paid template: {what}, "
+                         f"{users} of them sharing {gram!r}, {growth:.1f}× more per step than when "
+                         "it first appeared", evidence, key="paid",
+                         message_zh=f"策略正在学习被过度奖励的模板：{users} 个高奖励回答共享 "
+                                    f"{gram!r}，每步数量增至最初的 {growth:.1f} 倍")
+
+    def _growth(self) -> float | None:
+        """Over-paid answers per step in the last ``recent`` steps over the first ``recent``
+        steps since they appeared: > 1 when the policy produces more of them (it exploits the
+        reward); None until 2 × ``recent`` steps are known."""
+        k = self.cfg.recent
+        if len(self._counts) < 2 * k:
+            return None
+        first, last = float(np.mean(self._counts[:k])), float(np.mean(self._counts[-k:]))
+        return last / max(first, 1e-9)
 
 
 def shared_ngram(samples: Sequence, cfg: RewardHackingConfig) -> tuple[str | None, int]:

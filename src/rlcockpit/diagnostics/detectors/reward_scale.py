@@ -11,6 +11,12 @@ Default thresholds: red when ``reward/std`` is ≥ ``factor`` (5)× its referenc
 reward magnitude is ≥ ``factor``× its reference and ``reward/std`` ≥ ``factor`` / 2× its
 reference; after ``warmup`` (8) steps. The reference is frozen while the condition holds (the new
 scale does not become "normal"), and rebuilt after ``rebase_after`` (30) steps of a lasting change.
+The reference spread is floored at ``floor_rel`` (0.1) × the reference reward magnitude: a run
+whose step rewards had no spread for a while (every GRPO group solved or failed alike: real run
+017 had ``reward_std`` 0 for 20 logged steps, then 0.57 with rewards around 2–3) has not changed
+its scale when some spread comes back — that is not a ×565,000 jump. Zero spread itself is the
+``levels`` detector's (no learning signal).
+Scale assumptions: ratios to the run's own reference; the floor relative to its reward magnitude.
 False positives: an intended change of ``reward/scale`` or of the reward function (the evidence
 shows ``reward/scale`` before and now); the first steps of a run whose rewards all start at 0.
 Fix: undo the scale change (``reward/scale`` back, ticket audited), or normalise the rewards
@@ -36,6 +42,8 @@ class RewardScaleConfig(Config):
     warmup: int = option(8, help="Steps of reference needed before judging.", range=(3, 10_000))
     rebase_after: int = option(30, help="Steps of a lasting change after which its level becomes "
                                "the new reference.", range=(1, 100_000))
+    floor_rel: float = option(0.1, help="Smallest reference spread, as a fraction of the "
+                              "reference reward magnitude (max |reward|).", range=(0.0, 1e6))
     floor: float = option(1e-6, help="Smallest reference spread used in ratios (reward units).",
                           range=(0.0, None))
 
@@ -72,14 +80,15 @@ class RewardScale(Detector):
         self._track(cond is not None)
         return cond
 
-    def _ratio(self, lagged: Lagged, value: float | None) -> float:
+    def _ratio(self, lagged: Lagged, value: float | None, floor: float = 0.0) -> float:
         if value is None or len(lagged.reference) == 0:
             return 1.0
-        return abs(value) / max(abs(lagged.median), self.config.floor)
+        return abs(value) / max(abs(lagged.median), self.config.floor, floor)
 
     def _judge(self, view: StepView, std: float, magnitude: float | None) -> Condition | None:
         cfg = self.config
-        std_ratio = self._ratio(self._std, std)
+        magnitude_before = abs(self._mag.median) if len(self._mag.reference) else 0.0
+        std_ratio = self._ratio(self._std, std, cfg.floor_rel * magnitude_before)
         mag_ratio = self._ratio(self._mag, magnitude)
         spiked = std_ratio >= cfg.factor or (mag_ratio >= cfg.factor
                                              and std_ratio >= cfg.factor / 2)

@@ -1,0 +1,310 @@
+"""The `levels` detector: failures present from the first step (truncation at the cap, entropy near
+zero or near uniform, KL exactly zero with beta > 0, no reward variance, a zero gradient with a
+learning signal, constant responses), judged against fixed levels after a short confirmation.
+Synthetic streams that must and must not fire (step, severity, boundaries), the recorded healthy
+tiny-world runs (no finding at all), and real tiny trainings through the CLI and `doctor`."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from detector_kit import feed, first
+from rlcockpit.diagnostics import SKIPPED, DiagnosticsConfig, Engine, registry
+from rlcockpit.diagnostics.reference import docstring_parts
+from rlcockpit.errors import ConfigError
+from rlcockpit.records import SampleRecord
+from streams import HEALTHY, load_samples, load_stream
+
+ROOT = Path(__file__).resolve().parent.parent
+UNIFORM_1K = math.log(1024)  # the tiny world's vocabulary
+
+
+def make(**overrides):
+    cls = registry.get("levels")
+    return cls(cls.Config(**overrides))
+
+
+def keyed(det, rows, key):
+    """[(step, severity)] of the conditions with ``key``, step by step."""
+    return [(step, c.severity) for step, conds in feed(det, rows) if conds is not SKIPPED
+            for c in conds if c.key == key]
+
+
+def samples(*responses: str) -> list[SampleRecord]:
+    return [SampleRecord(step=0, sample_id=i, prompt=f"p{i}", response=r, reward=0.0)
+            for i, r in enumerate(responses)]
+
+
+# ---------------------------------------------------------------------------- registration
+
+
+def test_levels_is_registered_with_its_family_and_a_documented_docstring():
+    cls = registry.get("levels")
+    assert cls.family == "levels" and cls.reads_samples
+    _, parts = docstring_parts(cls)
+    assert {"Failure mode", "Signal", "Default thresholds", "False positives", "Fix"} <= set(parts)
+    for key in ("truncation", "entropy_zero", "entropy_uniform", "kl_zero_start", "no_signal",
+                "no_update", "constant_responses"):
+        assert f"``{key}``" in parts["Signal"], key
+    assert "Real runs" in parts["Default thresholds"] + parts["Signal"] + parts["False positives"]
+
+
+def test_skipped_without_any_input_and_bad_thresholds_fail_at_setup():
+    assert feed(make(), [{"sys/rss_gb": 1.0}]) == [(0, SKIPPED)]
+    with pytest.raises(ConfigError, match="entropy_low"):
+        make(entropy_low=1e-4, entropy_zero=1e-3)
+    with pytest.raises(ConfigError, match="persist"):
+        make(confirm=5, persist=3)
+    with pytest.raises(ConfigError, match="trunc_frac"):
+        make(trunc_frac=1.5)
+
+
+# ---------------------------------------------------------------------------- truncation
+
+
+def test_truncation_from_step_zero_is_yellow_after_three_steps_and_never_more():
+    rows = [{"response/truncated_frac": 1.0, "response/length_mean": 3.0,
+             "rollout/max_new_tokens": 3.0}] * 40
+    found = keyed(make(), rows, "truncation")
+    assert found[0] == (2, "yellow") and {s for _, s in found} == {"yellow"}
+    step, cond = first(make(), rows, key="truncation")
+    assert cond.evidence["onset_step"] == 0 and cond.evidence["length_cap"] == 3.0
+    assert "100% of responses hit the length cap" in cond.message and "100% of the cap 3" in cond.message
+    assert "截断" in cond.message_zh
+
+
+@pytest.mark.parametrize("frac, fires", [(0.5, True), (0.49, False), (0.0, False)])
+def test_truncation_boundary_is_half_of_the_responses(frac, fires):
+    rows = [{"response/truncated_frac": frac}] * 5
+    assert bool(keyed(make(), rows, "truncation")) is fires
+
+
+@pytest.mark.parametrize("length, fires", [(22.8, True), (22.7, False)])
+def test_mean_length_pinned_at_the_logged_cap_counts_without_truncated_frac(length, fires):
+    rows = [{"response/length_mean": length, "rollout/max_new_tokens": 24.0}] * 5  # 0.95 x 24 = 22.8
+    assert bool(keyed(make(), rows, "truncation")) is fires
+
+
+def test_the_cap_comes_from_the_config_when_the_run_does_not_log_it():
+    rows = [{"response/length_mean": 510.0}] * 5
+    assert keyed(make(), rows, "truncation") == []  # unknown cap: not judged
+    assert keyed(make(length_cap=512), rows, "truncation")[0] == (2, "yellow")
+
+
+def test_one_odd_step_neither_starts_nor_ends_a_finding():
+    hi, lo = {"response/truncated_frac": 0.9}, {"response/truncated_frac": 0.1}
+    rows = [hi, hi, lo, hi, hi, hi, lo, hi, lo, lo, lo, lo]
+    steps = [s for s, _ in keyed(make(), rows, "truncation")]
+    assert steps == [5, 6, 7, 8, 9]  # on at 5; 6 and 8-9 inside the hysteresis; off after 3 misses
+
+
+# ---------------------------------------------------------------------------- entropy
+
+
+@pytest.mark.parametrize("entropy, expected", [
+    (0.005, (2, "yellow")), (0.0005, (2, "orange")), (0.01, None), (0.2, None)])
+def test_entropy_near_zero_yellow_below_a_hundredth_orange_below_a_thousandth(entropy, expected):
+    rows = [{"policy/entropy": entropy}] * 6
+    found = keyed(make(), rows, "entropy_zero")
+    assert (found[0] if found else None) == expected
+
+
+def test_entropy_near_uniform_needs_the_vocabulary_and_is_orange():
+    noisy = [{"policy/entropy": 0.91 * UNIFORM_1K, "policy/entropy_uniform": UNIFORM_1K}] * 4
+    step, cond = first(make(), noisy, key="entropy_uniform")
+    assert (step, cond.severity) == (2, "orange") and cond.evidence["ratio"] == pytest.approx(0.91)
+    below = [{"policy/entropy": 0.89 * UNIFORM_1K, "policy/entropy_uniform": UNIFORM_1K}] * 4
+    assert keyed(make(), below, "entropy_uniform") == []
+    unknown = [{"policy/entropy": 6.5}] * 4
+    assert keyed(make(), unknown, "entropy_uniform") == []
+    assert keyed(make(vocab_size=1024), unknown, "entropy_uniform")[0] == (2, "orange")
+
+
+# ---------------------------------------------------------------------------- KL exactly zero
+
+
+def _kl_rows(kl_after, n=8, **extra):
+    first_step = {"kl/token_mean": 0.0, "kl/coef": 0.05, "policy/approx_kl": 3e-4, **extra}
+    later = {"kl/token_mean": kl_after, "kl/coef": 0.05, "policy/approx_kl": 3e-4, **extra}
+    return [first_step] + [later] * (n - 1)
+
+
+def test_kl_zero_after_the_policy_moved_is_orange_after_three_steps_not_at_step_one():
+    step, cond = first(make(), _kl_rows(0.0), key="kl_zero_start")
+    assert (step, cond.severity) == (3, "orange")  # step 0: actor = reference; zero at 1, 2, 3
+    assert cond.evidence["onset_step"] == 1 and "β = 0.05" in cond.message
+    assert keyed(make(), _kl_rows(4e-7), "kl_zero_start")  # float noise of a reference = actor
+    assert keyed(make(), _kl_rows(2e-6), "kl_zero_start") == []
+
+
+@pytest.mark.parametrize("change", [
+    {"kl/coef": 0.0},  # no KL term: a zero KL is expected
+    {"policy/approx_kl": 0.0},  # the policy never moved
+    {"kl/token_max": 0.2},  # some token differs from the reference
+])
+def test_kl_zero_stays_quiet_without_beta_a_moved_policy_or_with_a_token_above_zero(change):
+    rows = [{**row, **change} for row in _kl_rows(0.0)]
+    assert keyed(make(), rows, "kl_zero_start") == []
+
+
+def test_kl_zero_counts_a_gradient_only_with_a_learning_rate_above_zero():
+    base = {"kl/token_mean": 0.0, "kl/coef": 0.05, "grad/norm/actor": 0.2}
+    warmup = [{**base, "optim/lr/actor": 0.0}] * 6  # lr 0: the weights do not move (real run 005)
+    assert keyed(make(), warmup, "kl_zero_start") == []
+    moving = [{**base, "optim/lr/actor": 1e-5}] * 6
+    assert keyed(make(), moving, "kl_zero_start")[0] == (3, "orange")
+
+
+def test_a_kl_that_was_positive_and_falls_to_zero_is_left_to_kl_zero():
+    rows = _kl_rows(0.01, n=5) + _kl_rows(0.0, n=6)[1:]
+    assert keyed(make(), rows, "kl_zero_start") == []
+
+
+# ---------------------------------------------------------------------------- no learning signal
+
+
+def test_zero_reward_std_is_yellow_after_three_steps_and_orange_after_ten():
+    rows = [{"reward/std": 0.0, "reward/mean": 0.0}] * 12
+    found = dict(keyed(make(), rows, "no_signal"))
+    assert min(found) == 2 and found[2] == found[8] == "yellow" and found[9] == "orange"
+
+
+@pytest.mark.parametrize("frac, fires", [(1.0, True), (0.99, True), (0.98, False)])
+def test_every_grpo_group_identical_counts_even_when_the_batch_std_is_positive(frac, fires):
+    rows = [{"reward/std": 0.4, "reward/frac_zero_std_groups": frac}] * 4
+    assert bool(keyed(make(), rows, "no_signal")) is fires
+
+
+def test_rewards_that_differ_give_no_no_signal_finding():
+    rows = [{"reward/std": 0.3, "reward/frac_zero_std_groups": 0.2}] * 20
+    assert keyed(make(), rows, "no_signal") == []
+
+
+# ---------------------------------------------------------------------------- no update
+
+
+def test_zero_gradient_with_a_learning_signal_is_orange_at_once_and_red_after_three_steps():
+    rows = [(1, {"grad/norm/actor": 0.0, "reward/std": 0.13, "reward/frac_zero_std_groups": 0.52})]
+    det = make()
+    cond = det.update(_view(*rows[0]))[0]  # real run 021: one logged step, step 1
+    assert (cond.key, cond.severity) == ("no_update", "orange") and "exactly 0" in cond.message
+    severities = [det.update(_view(s, rows[0][1]))[0].severity for s in (2, 3)]
+    assert severities == ["orange", "red"]
+
+
+def test_zero_gradient_is_not_judged_when_the_log_skips_steps():
+    det = make()
+    row = {"grad/norm/actor": 0.0, "reward/std": 0.3, "reward/frac_zero_std_groups": 0.6}
+    results = [det.update(_view(step, row)) for step in (5, 10, 15, 20, 25)]  # every 5th step
+    assert all(c.key != "no_update" for r in results for c in r)
+
+
+@pytest.mark.parametrize("row", [
+    {"grad/norm/actor": 0.0, "reward/std": 0.0},  # no signal: a zero gradient is expected
+    {"grad/norm/actor": 0.0, "reward/std": 0.3, "reward/frac_zero_std_groups": 1.0},
+    {"grad/norm/actor": 1e-6, "reward/std": 0.3},  # small but not zero
+    {"grad/norm/actor": 0.0},  # signal unknown
+])
+def test_zero_gradient_needs_a_learning_signal_and_an_exact_zero(row):
+    assert keyed(make(), [row] * 5, "no_update") == []
+
+
+def _view(step, metrics, samples_=()):
+    from rlcockpit.diagnostics import StepView
+
+    return StepView(step, metrics, tuple(samples_))
+
+
+# ---------------------------------------------------------------------------- constant responses
+
+
+def test_constant_responses_are_orange_after_three_steps():
+    same = samples(*(["The answer is 4."] * 9 + ["42"]))
+    rows = [({"reward/std": 0.2}, same)] * 4
+    step, cond = first(make(), rows, key="constant_responses")
+    assert (step, cond.severity) == (2, "orange") and cond.evidence["share"] == pytest.approx(0.9)
+    assert "'The answer is 4.'" in cond.message
+
+
+@pytest.mark.parametrize("batch", [
+    samples(*(["same"] * 8 + ["a", "b"])),  # 80 % identical
+    samples("same", "same", "same"),  # too few samples to judge
+])
+def test_diverse_or_too_few_responses_are_not_constant(batch):
+    assert keyed(make(), [({"reward/std": 0.2}, batch)] * 5, "constant_responses") == []
+
+
+# ---------------------------------------------------------------------------- healthy runs
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_recorded_healthy_tiny_world_runs_give_no_level_condition(name):
+    rows = load_stream(name)
+    by_step = load_samples(name)
+    det = make()
+    found = []
+    for step, metrics in rows:
+        result = det.update(_view(step, metrics, by_step.get(step, ())))
+        found += [] if result is SKIPPED else [(step, c.key) for c in result]
+    assert found == []
+
+
+# ---------------------------------------------------------------------------- nonfinite from step 1
+
+
+def test_nonfinite_fires_at_the_first_step_without_any_history():
+    engine = Engine.from_config(DiagnosticsConfig())
+    out = engine.observe(1, {"policy/loss": math.nan, "reward/mean": 0.1, "kl/mean": 0.0})
+    (finding,) = [f for f in out if f.detector == "nonfinite"]
+    assert finding.step == 1 and finding.severity == "red" and finding.status == "raised"
+    assert not [f for f in out if f.detector == "levels"]  # not duplicated here
+
+
+# ---------------------------------------------------------------------------- real training
+
+
+def _train(tmp_path: Path, algo: str, steps: int, *extra: str) -> str:
+    db = tmp_path / f"{algo}.db"
+    cmd = [sys.executable, "-m", "rlcockpit", "train", "--config",
+           str(ROOT / "examples" / f"{algo}_tiny.yaml"), "--store", f"sqlite:///{db}",
+           f"train.steps={steps}", "eval.every=0", "checkpoint.every=0",
+           f"checkpoint.dir={tmp_path / 'ckpt'}", "model.threads=1", "--quiet", *extra]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return f"sqlite:///{db}"
+
+
+def _doctor(uri: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "rlcockpit", "doctor", "--store", uri, "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.slow
+def test_every_response_cut_at_three_tokens_is_reported_by_doctor(tmp_path):
+    uri = _train(tmp_path, "ppo", 6, "rollout.max_new_tokens=3")
+    report = _doctor(uri)
+    found = [f for f in report["findings"] if f["detector"] == "levels"
+             and f["evidence"]["key"] == "truncation" and f["status"] == "raised"]
+    assert found and found[0]["step"] == 3 and found[0]["severity"] == "yellow"
+    assert found[0]["evidence"]["onset_step"] == 1 and found[0]["evidence"]["length_cap"] == 3
+    assert "hit the length cap" in found[0]["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo", "grpo"])
+def test_a_healthy_tiny_run_gives_no_levels_finding(tmp_path, algo):
+    uri = _train(tmp_path, algo, 30, "rollout.batch_size=8", "ppo.minibatch_size=8")
+    report = _doctor(uri)
+    assert report["steps"] == 30
+    assert [f for f in report["findings"] if f["detector"] == "levels"] == []
+    (levels,) = [c for c in report["coverage"]["detectors"] if c["detector"] == "levels"]
+    assert levels["state"] == "ran"  # the trainer logs the cap and the uniform entropy it judges by
+    assert not {"policy/entropy_uniform", "rollout/max_new_tokens", "samples"} & set(levels["missing"])
