@@ -32,6 +32,7 @@ LAST stdout line one JSON object with the headline numbers.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -70,6 +71,7 @@ class Outcome:
     same_as_live: bool | None = None  # None: stitched stream, no whole live record to compare with
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     steps: int = 0
+    config: Any = None  # the run's DiagnosticsConfig
 
     @property
     def ok(self) -> bool:
@@ -127,15 +129,19 @@ def run_diagnostics_config(info: dict[str, Any]) -> Any:
     return from_dict(DiagnosticsConfig, (run.config or {}).get("diagnostics", {}), prefix="diagnostics.")
 
 
-def replay(stream: Sequence[StepRow], config: Any) -> list[dict[str, Any]]:
-    """The stream through a fresh engine in step order (as ``diagnose_run`` does)."""
+def replay(stream: Sequence[StepRow], config: Any, *, engine: Any = None, snapshot_at: Iterable[int] = ()
+           ) -> tuple[list[dict[str, Any]], dict[int, Any]]:
+    """The stream through a fresh engine (or ``engine``) in step order, as ``diagnose_run`` does; a deep
+    copy of the engine after each step of ``snapshot_at`` (a fault run resumed there continues it)."""
     from rlcockpit.diagnostics.engine import Engine
 
-    engine = Engine.from_config(config, incident_prefix="bench")
-    found = []
+    engine = engine if engine is not None else Engine.from_config(config, incident_prefix="bench")
+    wanted, found, snapshots = set(snapshot_at), [], {}
     for step, metrics, samples, wall in stream:
         found.extend(engine.observe(step, metrics, samples, wall))
-    return [_finding_row(f) for f in found]
+        if step in wanted:
+            snapshots[step] = copy.deepcopy(engine)
+    return [_finding_row(f) for f in found], snapshots
 
 
 def live_findings(info: dict[str, Any]) -> list[dict[str, Any]]:
@@ -159,33 +165,62 @@ def _sig(rows: Iterable[dict[str, Any]]) -> list[tuple]:
 
 
 def build_outcomes(jobs: list[Job], infos: dict[str, dict[str, Any]]) -> list[Outcome]:
-    """Read every stream once (twins kept while their fault runs are scored) and replay it."""
+    """Replay each twin once, keeping a copy of its engine at every step a fault run was resumed from;
+    a resumed fault run is the twin's findings up to there + its own steps through that copy (the same
+    as replaying the stitched stream from step 1, without replaying the prefix again)."""
     outcomes: dict[str, Outcome] = {}
-    twins = [j for j in jobs if not j.fault]
-    for twin in twins:
-        tinfo = infos.get(twin.key, {})
-        tstream = read_stream(tinfo) if tinfo.get("run_id") else None
-        for job in [twin, *(j for j in jobs if j.twin == twin.key)]:
-            outcomes[job.key] = score_stream(job, infos.get(job.key, {}), tstream)
-            print(f"  replayed {job.key}", file=sys.stderr, flush=True)
+    for twin in (j for j in jobs if not j.fault):
+        mine = [j for j in jobs if j.twin == twin.key]
+        resumed = {infos.get(j.key, {}).get("resumed_from") for j in mine} - {None}
+        tout, snapshots = score_twin(twin, infos.get(twin.key, {}), resumed)
+        outcomes[twin.key] = tout
+        for job in mine:
+            outcomes[job.key] = score_fault_run(job, infos.get(job.key, {}), tout, snapshots)
+        print(f"  replayed {twin.key} and its {len(mine)} fault runs", file=sys.stderr, flush=True)
     return [outcomes[j.key] for j in jobs if j.key in outcomes]
 
 
-def score_stream(job: Job, info: dict[str, Any], twin_stream: list[StepRow] | None) -> Outcome:
+def score_twin(job: Job, info: dict[str, Any], snapshot_at: Iterable[int]) -> tuple[Outcome, dict[int, Any]]:
+    out = Outcome(job, info)
+    if not out.ok:
+        return out, {}
+    stream = read_stream(info)
+    out.config = run_diagnostics_config(info)
+    out.findings, snapshots = replay(stream, out.config, snapshot_at=snapshot_at)
+    _finish(out, stream)
+    return out, snapshots
+
+
+def score_fault_run(job: Job, info: dict[str, Any], twin: Outcome, snapshots: dict[int, Any]) -> Outcome:
     out = Outcome(job, info)
     if not out.ok:
         return out
-    own = twin_stream if not job.fault and twin_stream is not None else read_stream(info)
+    own = read_stream(info)
+    out.config = run_diagnostics_config(info)
     resumed = info.get("resumed_from")
-    stream = stitched(own, twin_stream, resumed)
-    config = run_diagnostics_config(info)
-    out.findings = replay(stream, config)
-    out.metrics = {step: m for step, m, _, _ in stream}
-    out.steps = max((s for s, *_ in stream), default=0)
     if resumed is None:
-        out.same_as_live = _sig(f for f in out.findings if f["status"] != "resolved") == \
-            _sig(f for f in live_findings(info) if f["status"] != "resolved")
+        out.findings, _ = replay(own, out.config)
+        _finish(out, own)
+        return out
+    if not twin.ok:
+        raise RuntimeError(f"{job.key} continues {job.twin}'s checkpoint but {job.twin} cannot be read")
+    suffix = [r for r in own if r[0] > resumed]
+    if resumed in snapshots and out.config == twin.config:
+        new, _ = replay(suffix, out.config, engine=copy.deepcopy(snapshots[resumed]))
+        out.findings = [f for f in twin.findings if f["step"] <= resumed] + new
+    else:  # no copy of the twin's engine there: replay the stitched stream from step 1
+        out.findings, _ = replay(stitched(own, read_stream(twin.info), resumed), out.config)
+    out.metrics = {s: m for s, m in twin.metrics.items() if s <= resumed} | {s: m for s, m, _, _ in suffix}
+    out.steps = max(out.metrics, default=0)
     return out
+
+
+def _finish(out: Outcome, stream: Sequence[StepRow]) -> None:
+    """Metrics by step, last step, and (a run trained from step 1) whether the replay = the live findings."""
+    out.metrics = {step: m for step, m, _, _ in stream}
+    out.steps = max(out.metrics, default=0)
+    out.same_as_live = _sig(f for f in out.findings if f["status"] != "resolved") == \
+        _sig(f for f in live_findings(out.info) if f["status"] != "resolved")
 
 
 # --------------------------------------------------------------------------- scoring
@@ -317,12 +352,13 @@ def score_peer(peer: dict[str, Any], o: Outcome, twin: Outcome | None, ref: int 
     run = peer.get("runs", {}).get(o.job.key, {})
     if run.get("status") != "ok":
         return {"error": run.get("error", "no result")}
-    alerts = run["alerts"]
+    live = [a for a in run["alerts"] if len(a) < 4 or a[3] != "post-hoc"]  # end-of-run reports are not live
+    alerts = live
     if not o.job.fault:
         return {"alerts": len(alerts), "critical": sum(1 for a in alerts if str(a[2]).lower().startswith("crit")),
                 "names": sorted({a[1] for a in alerts})}
     start, end = o.job.first_step, o.steps
-    twin_alerts = peer.get("runs", {}).get(twin.job.key, {}).get("alerts", []) if twin else []
+    twin_alerts = peer.get("runs", {}).get(twin.job.key, {}).get("alerts", []) if twin else []  # live and post-hoc
     generic = {a[1] for a in twin_alerts if start <= a[0] <= end}
     ref = ref if ref is not None else start
     hits = [a for a in alerts if ref <= a[0] <= end and a[1] not in generic]
