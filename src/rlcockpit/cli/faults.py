@@ -2,6 +2,8 @@
 
     rlcockpit faults list
     rlcockpit faults run lr_spike --seed 0 --store sqlite:///faults.db --onset 10 --steps 30
+    rlcockpit faults run lr_spike --onset 0 --magnitude mild          # x3, present from the first step
+    rlcockpit faults run rm_component_bias --shape ramp --ramp 15     # reached over 15 steps
 
 A fault run is a real, short tiny-world training run (trainer defaults = examples/ppo_tiny.yaml, or
 --config) with the diagnostics on; the onset is recorded as an event of kind "fault". See
@@ -21,6 +23,8 @@ EPILOG = """examples:
   rlcockpit faults run lr_spike --seed 0 --store sqlite:///faults.db
   rlcockpit faults run nan_reward --store faults.db --onset 15 --steps 40 rollout.batch_size=16
   rlcockpit faults run entropy_collapse --config examples/grpo_tiny.yaml --store faults.db
+  rlcockpit faults run lr_spike --onset 0 --magnitude mild --store faults.db
+  rlcockpit faults run hedge_reward --shape ramp --ramp 15 --store faults.db
 
 Then: rlcockpit doctor --store faults.db --run RUN_ID (the run id is printed at the end)."""
 
@@ -32,7 +36,7 @@ def register(subparsers: Any) -> None:
                     "of them injected at a known step, diagnostics on. docs/detection.md describes each fault.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="faults_command", metavar="SUBCOMMAND", parser_class=_OverridesAnywhere)
-    lp = sub.add_parser("list", help="table of the faults: name, description, onset, expected detectors")
+    lp = sub.add_parser("list", help="table of the faults: name, description, variants, expected detectors")
     lp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     lp.set_defaults(func=cmd_list)
     rp = sub.add_parser("run", help="train the tiny world with one fault injected",
@@ -43,8 +47,13 @@ def register(subparsers: Any) -> None:
     rp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. rollout.batch_size=16")
     rp.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
     rp.add_argument("--store", default="sqlite:///rlcockpit.db", help="store URI (default sqlite:///rlcockpit.db)")
-    rp.add_argument("--onset", type=int, help="first faulted step (default: the fault's own, see `faults list`)")
-    rp.add_argument("--steps", type=int, help="training steps (default: onset + 20)")
+    rp.add_argument("--onset", type=int, help="first faulted step, or 0 = present from the first step (a config-level "
+                    "change); default: the fault's own, see `faults list`")
+    rp.add_argument("--magnitude", choices=("mild", "strong"), help="mild or strong (default: strong, the catalog's)")
+    rp.add_argument("--shape", choices=("step", "ramp"), help="the whole change at once, or a ramp (default: the "
+                    "fault's own)")
+    rp.add_argument("--ramp", type=int, help="steps a ramp takes (default 15)")
+    rp.add_argument("--steps", type=int, help="training steps (default: first faulted step + 20, + the ramp)")
     rp.add_argument("--config", type=Path, help="YAML config instead of the trainer defaults")
     rp.add_argument("--json", action="store_true", help="print the result as one JSON object")
     rp.set_defaults(func=cmd_run)
@@ -72,7 +81,8 @@ def fault_rows() -> list[dict[str, Any]]:
     from rlcockpit import faults
 
     return [{"name": f.name, "description": f.description, "onset": f.onset, "expected": list(f.expected),
-             "how": f.how} for f in faults.available().values()]
+             "how": f.how, "magnitudes": ["mild", "strong"] if f.mild else ["strong"], "shapes": list(f.shapes),
+             "algos": list(f.algos), "drives": f.drives} for f in faults.available().values()]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -84,10 +94,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title="built-in faults (rlcockpit faults run NAME)")
-    for column in ("name", "description", "onset", "expected detectors"):
+    for column in ("name", "description", "onset", "variants", "expected detectors"):
         table.add_column(column, no_wrap=column == "name", justify="right" if column == "onset" else "left")
     for r in rows:
-        table.add_row(r["name"], r["description"], str(r["onset"]), ", ".join(r["expected"]))
+        variants = f"{'/'.join(r['magnitudes'])}; {'/'.join(r['shapes'])}; {'/'.join(r['algos'])}"
+        table.add_row(r["name"], r["description"], str(r["onset"]), variants, ", ".join(r["expected"]))
     Console().print(table)
     return 0
 
@@ -97,16 +108,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rlcockpit.faults.runner import DEFAULT_AFTER, fault_config, run_fault
 
     fault = faults.get(args.name).with_onset(args.onset)
-    steps = args.steps if args.steps is not None else fault.onset + DEFAULT_AFTER
-    if steps < fault.onset:
+    fault = fault.with_variant(magnitude=args.magnitude, shape=args.shape or ("ramp" if args.ramp else None),
+                               ramp=args.ramp)
+    ramp = fault.ramp_steps if fault.shape == "ramp" else 0
+    steps = args.steps if args.steps is not None else fault.first_step + DEFAULT_AFTER + ramp - 1
+    if steps < fault.first_step:
         from rlcockpit.errors import ConfigError
 
-        raise ConfigError(f"--steps {steps} ends before --onset {fault.onset}; use --steps >= {fault.onset}",
-                          details={"steps": steps, "onset": fault.onset})
+        raise ConfigError(f"--steps {steps} ends before the first faulted step {fault.first_step}; use --steps >= "
+                          f"{fault.first_step}", details={"steps": steps, "onset": fault.onset})
     cfg = fault_config(seed=args.seed, store=args.store, steps=steps, name=f"fault-{fault.name}-s{args.seed}",
                        config=args.config, overrides=args.overrides)
     result = run_fault(fault, cfg)
-    summary = {**dataclasses.asdict(result), "findings": _findings(result)}
+    summary = {**dataclasses.asdict(result), "variant": fault.variant(), "first_step": fault.first_step,
+               "findings": _findings(result)}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -129,10 +144,10 @@ def _print_summary(s: dict[str, Any]) -> None:
     from rich.console import Console
 
     console = Console()
-    console.print(f"[bold]{s['status']}[/] fault run [cyan]{s['run_id']}[/]: {s['fault']} injected at step "
-                  f"{s['onset']}, {s['steps']} steps")
+    console.print(f"[bold]{s['status']}[/] fault run [cyan]{s['run_id']}[/]: {s['fault']} ({s['variant']}), first "
+                  f"faulted step {s['first_step']}, {s['steps']} steps")
     for f in s["findings"]:
-        delay = f["step"] - s["onset"]
+        delay = f["step"] - s["first_step"]
         when = f"{delay:+d} steps after onset" if delay >= 0 else f"{-delay} steps BEFORE the onset"
         console.print(f"  step {f['step']:>4} ({when}): {f['severity']:<6} {f['detector']}: {f['message']}",
                       soft_wrap=True)
