@@ -401,12 +401,19 @@ def test_length_hacking_sustained_growth_yellow_then_orange():
     assert min(s for s, v in sev.items() if v == "orange") > first_step
 
 
-def test_length_hacking_truncation_rise_with_growth_is_orange():
+def test_length_hacking_truncation_rise_is_yellow_and_a_large_growth_orange():
     rows = [{"response/length_mean": 12.0 + e + (10.0 if i >= 25 else 0.0),
              "response/truncated_frac": 0.02 + (0.4 if i >= 25 else 0.0)}
             for i, e in enumerate(noise(35, 0.3))]
     step, cond = first(make("length_hacking"), metrics_only(rows), key="truncation")
-    assert step == 25 and cond.severity == "orange" and cond.evidence["onset_step"] == 25
+    assert step == 25 and cond.severity == "yellow" and cond.evidence["onset_step"] == 25
+    step, cond = first(make("length_hacking"), metrics_only(rows), "orange", key="length")
+    assert step == 27 and cond.evidence["growth"] > 0.6  # +83% once the 3-step mean is all new
+    # growth into the cap with more truncation (real run 002: 358 -> 512, healthy) stays yellow
+    capped = [{"response/length_mean": 360.0 + 3 * e + (150.0 if i >= 25 else 0.0),
+               "response/truncated_frac": 0.05 + (0.9 if i >= 25 else 0.0)}
+              for i, e in enumerate(noise(35, 1.0))]
+    assert {c.severity for c in conditions(make("length_hacking"), metrics_only(capped))} == {"yellow"}
 
 
 def test_length_hacking_quiet_on_flat_noisy_lengths():

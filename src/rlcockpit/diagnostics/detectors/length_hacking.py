@@ -13,10 +13,14 @@ reference steps: a two-sample KS test with the median shifted right, a long tail
 lengths above ``tail_factor`` × the reference 95th percentile), or a second mode appearing (Sarle's
 bimodality coefficient crossing 5/9 while the reference stays below).
 Default thresholds: "length" yellow when (trend z ≥ ``z_trend`` = 3 or fast z ≥ ``z_jump`` = 5)
-and the growth ≥ ``growth`` (0.2), orange when the growth ≥ ``growth_orange`` (0.6) or the
-truncation condition holds too; "truncation" yellow when the recent truncated share ≥
-``trunc_min`` (0.15) and ≥ ``trunc_rise`` (0.1) above the reference, orange when the length grows
-as well; "distribution" yellow when KS p < ``ks_p`` (1e-4) with D ≥ ``ks_d`` (0.25) and the
+and the growth ≥ ``growth`` (0.2), orange when the growth ≥ ``growth_orange`` (0.6);
+"truncation" yellow when the recent truncated share ≥ ``trunc_min`` (0.15) and ≥ ``trunc_rise``
+(0.1) above the reference. Growth into the length cap with more truncation stays yellow: the
+healthy-labelled real run 002 (Qwen3.5-9B, GSM8K, 512-token cap) grows 358 → 512 tokens with
+96% truncated while its reward converges to 1.0 — a cap too short for the task, which the
+``levels`` detector names; the agentic run 023 grows 1,000 → 5,000 tokens (+400%: orange).
+Scale assumptions: growth relative to the run's own level and noise (robust z, Mann–Kendall);
+truncation a share of responses. "distribution" yellow when KS p < ``ks_p`` (1e-4) with D ≥ ``ks_d`` (0.25) and the
 median ≥ 1.2× the reference median, or the tail share ≥ ``tail_share`` (0.1), or the bimodality
 coefficient crosses 5/9 from a reference median below 5/9 − 0.15 — each for ``dist_steps`` (3)
 steps in a row. Judged after ``warmup`` (10) reference steps. Calibration: on the healthy
@@ -107,9 +111,6 @@ class LengthHacking(Detector):
         self._trunc.push(view.finite("response/truncated_frac"), view.step)
         trunc = self._truncation() if self._trunc.ready(cfg.warmup) else None
         length = self._growth(trunc is not None) if self._length.ready(cfg.warmup) else None
-        if trunc is not None and length is not None:
-            trunc = Condition("orange", trunc.message, trunc.evidence, key=trunc.key,
-                              message_zh=trunc.message_zh)
         dist = self._dist.update(view)
         return [c for c in (length, trunc, dist) if c is not None]
 
@@ -129,7 +130,7 @@ class LengthHacking(Detector):
         if rising and trend_growth >= fast_growth:  # show the trend's own start and end levels
             values = self._trend.values
             ref, now = float(np.median(values[:5])), float(np.median(values[-5:]))
-        severity = "orange" if growth >= cfg.growth_orange or truncating else "yellow"
+        severity = "orange" if growth >= cfg.growth_orange else "yellow"
         onset = int(self._trend.steps[0]) if rising else self._length.onset(lambda v: v > ref)
         evidence = {"length_now": now, "length_reference": ref, "growth": growth,
                     "trend_z": trend.z if trend else None, "trend_window": cfg.trend_window,
