@@ -87,6 +87,15 @@ def test_kl_tiers_without_target_judges_per_token_kl_against_the_comfort_level()
     assert first(make("kl_tiers"), derived, "black")[0] == 26
 
 
+def test_kl_tiers_comfort_level_covers_a_noisy_sampled_estimator():
+    # a sampled k1 estimate per token swings around 0 (real runs 013/014: -1.6 ... 3.1): its
+    # swings are its noise, not KL excursions; a jump far beyond the noise is still black
+    swings = [{"kl/token_mean": v} for v in noisy(-0.2, 80, 0.4, seed=7)]
+    assert [c.severity for c in fired(make("kl_tiers"), swings)] == []
+    runaway = swings + [{"kl/token_mean": 40.0}] * 2
+    assert first(make("kl_tiers"), runaway, "black")[0] == 81
+
+
 def test_kl_tiers_config_is_validated():
     with pytest.raises(ConfigError, match="red_ratio"):
         make("kl_tiers", yellow_ratio=3.0, red_ratio=2.0)
@@ -229,6 +238,14 @@ def test_entropy_collapse_orange_then_red():
     step_r, _ = first(make("entropy"), rows, "red", "collapse")
     assert 25 < step_o < step_r < 40
     assert cond.evidence["drop"] > 0.5
+
+
+def test_entropy_a_fifty_percent_drop_at_a_noisy_low_level_is_not_orange():
+    # real run 004 (healthy): 0.095 -> 0.047 nats per token; orange needs > 60%
+    rows = [{"policy/entropy": v} for v in noisy(0.095, 15, 0.01) + noisy(0.047, 30, 0.008, seed=1)]
+    assert first(make("entropy"), rows, "orange") == (None, None)
+    rows += [{"policy/entropy": v} for v in noisy(0.02, 10, 0.002, seed=2)]  # -79%: orange
+    assert first(make("entropy"), rows, "orange")[0] is not None
 
 
 def test_entropy_healthy_decline_is_quiet_and_blowup_is_orange():

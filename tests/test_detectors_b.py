@@ -148,6 +148,17 @@ def test_reward_scale_x20_is_red_at_once_and_stays_while_it_lasts():
     assert all(conds[0].evidence["onset_step"] == 20 for _, conds in res[20:])
 
 
+def test_reward_scale_quiet_when_spread_returns_after_steps_without_any():
+    # GRPO with few generations: the batch's reward spread alternates between 0 (all groups
+    # alike) and 0.2-0.5 (real runs 004/005/016; TRL logs no reward min / max)
+    rng = np.random.default_rng(3)
+    rows = [({"reward/mean": 0.9, "reward/std": float(0.0 if rng.random() < 0.6 else rng.uniform(0.2, 0.5))}, ())
+            for _ in range(60)]
+    rows[40] = ({"reward/mean": 0.9, "reward/std": 0.0}, ())
+    rows[41:45] = [({"reward/mean": 0.9, "reward/std": 0.47}, ())] * 4
+    assert conditions(make("reward_scale"), rows) == []
+
+
 def test_reward_scale_quiet_for_a_doubling_and_skipped_without_rewards():
     assert conditions(make("reward_scale"), metrics_only(scale_rows(factor=2.0))) == []
     assert feed(make("reward_scale"), [({"kl/mean": 1.0}, ())])[0][1] is SKIPPED

@@ -12,7 +12,8 @@ to the run. So each KL detector compares the KL with a :class:`KLScale`:
 2. **the run's comfort level** — with no target (TRL, verl and most imported runs): the KL per
    token (``kl/token_mean``, or ``kl/mean`` / ``response/length_mean``), against the median of its
    values over the last ``comfort_steps`` steps before the ``lag`` most recent ones (001 Q12:
-   "thresholds should adapt, e.g. to the mean of the recent N steps"), but never below
+   "thresholds should adapt, e.g. to the mean of the recent N steps"), or their noise (1.4826 ×
+   MAD) when a sampled estimator swings more than its median, but never below
    ``token_floor`` nats per token — the upper end of the seeds' comfort zone (0.01–0.05), which
    keeps a run whose KL starts at 1e-4 from calling 1e-3 "ten times the target". A KL that
    grows slowly (healthy: it rises from 0 and settles, 001 Q1) moves its comfort level with it;
@@ -108,10 +109,16 @@ class KLScale:
         return KLReading(token, self.comfort(), "token", "comfort level")
 
     def comfort(self) -> float:
-        """The run's comfort level per token: median of its recent values before the lag, floored."""
-        before = list(self._recent)[:-self.lag] if self.lag else list(self._recent)
-        level = float(np.median(before)) if before else 0.0
-        return max(level, self.token_floor)
+        """The run's comfort level per token: the median of its recent values before the lag, or
+        their noise (1.4826 × MAD) when that is larger — a sampled k1 estimate swings below 0 and
+        back (real runs 013/014: -1.6 … 3.1 per token), and its swings are not KL excursions —
+        never below the floor."""
+        before = np.asarray(list(self._recent)[:-self.lag] if self.lag else list(self._recent))
+        if not len(before):
+            return self.token_floor
+        level = float(np.median(before))
+        noise = 1.4826 * float(np.median(np.abs(before - level)))
+        return max(level, noise, self.token_floor)
 
     @staticmethod
     def _target_reading(view: StepView, target: float, basis: str) -> KLReading | None:

@@ -11,10 +11,12 @@ Default thresholds: red when ``reward/std`` is ≥ ``factor`` (5)× its referenc
 reward magnitude is ≥ ``factor``× its reference and ``reward/std`` ≥ ``factor`` / 2× its
 reference; after ``warmup`` (8) steps. The reference is frozen while the condition holds (the new
 scale does not become "normal"), and rebuilt after ``rebase_after`` (30) steps of a lasting change.
-The reference spread is floored at ``floor_rel`` (0.1) × the reference reward magnitude: a run
+The reference spread is floored at ``floor_rel`` (0.1) × the reference reward magnitude, and
+the new spread must exceed ``over_max`` (2)× the widest spread of the reference steps: a run
 whose step rewards had no spread for a while (every GRPO group solved or failed alike: real run
-017 had ``reward_std`` 0 for 20 logged steps, then 0.57 with rewards around 2–3) has not changed
-its scale when some spread comes back — that is not a ×565,000 jump. Zero spread itself is the
+017 had ``reward_std`` 0 for 20 logged steps, then 0.57 with rewards around 2–3; 004/005/016
+alternate between 0 and 0.2–0.5) has not changed its scale when some spread comes back — that is
+not a ×530,000 jump. The ×20 fault: 12.8 against a widest reference spread of ~0.8. Zero spread itself is the
 ``levels`` detector's (no learning signal).
 Scale assumptions: ratios to the run's own reference; the floor relative to its reward magnitude.
 False positives: an intended change of ``reward/scale`` or of the reward function (the evidence
@@ -42,6 +44,9 @@ class RewardScaleConfig(Config):
     warmup: int = option(8, help="Steps of reference needed before judging.", range=(3, 10_000))
     rebase_after: int = option(30, help="Steps of a lasting change after which its level becomes "
                                "the new reference.", range=(1, 100_000))
+    over_max: float = option(2.0, help="... and the spread must exceed this × the widest spread "
+                             "of the reference steps (a spread the run already had is no jump).",
+                             range=(1.0, 1e9))
     floor_rel: float = option(0.1, help="Smallest reference spread, as a fraction of the "
                               "reference reward magnitude (max |reward|).", range=(0.0, 1e6))
     floor: float = option(1e-6, help="Smallest reference spread used in ratios (reward units).",
@@ -52,7 +57,8 @@ class RewardScaleConfig(Config):
 class RewardScale(Detector):
     name = "reward_scale"
     family = "reward_scale"
-    reads = ("reward/std", "reward/min", "reward/max", "reward/raw/mean", "reward/scale")
+    reads = ("reward/std", "reward/mean", "reward/min", "reward/max", "reward/raw/mean",
+             "reward/scale")
     patterns = ("reward_scale_spike",)
     signal = "reward scale"
     Config = RewardScaleConfig
@@ -63,6 +69,7 @@ class RewardScale(Detector):
         self._std = Lagged(cfg.window, 1)
         self._mag = Lagged(cfg.window, 1)
         self._scale = Lagged(cfg.window, 1)
+        self._mean = Lagged(cfg.window, 1)
         self._firing = 0
 
     def update(self, view: StepView) -> Condition | object | None:
@@ -74,6 +81,7 @@ class RewardScale(Detector):
         self._std.push(std, view.step)
         self._mag.push(magnitude, view.step)
         self._scale.push(view.finite("reward/scale"), view.step)
+        self._mean.push(view.finite("reward/mean"), view.step)
         if not self._std.ready(self.config.warmup):
             return None
         cond = self._judge(view, std, magnitude)
@@ -88,11 +96,14 @@ class RewardScale(Detector):
     def _judge(self, view: StepView, std: float, magnitude: float | None) -> Condition | None:
         cfg = self.config
         magnitude_before = abs(self._mag.median) if len(self._mag.reference) else 0.0
+        if not magnitude_before:  # no min / max logged (TRL): the reward mean's magnitude
+            magnitude_before = abs(self._mean.median) if len(self._mean.reference) else 0.0
         std_ratio = self._ratio(self._std, std, cfg.floor_rel * magnitude_before)
         mag_ratio = self._ratio(self._mag, magnitude)
         spiked = std_ratio >= cfg.factor or (mag_ratio >= cfg.factor
                                              and std_ratio >= cfg.factor / 2)
-        if not spiked:
+        widest = float(self._std.reference.values.max()) if len(self._std.reference) else 0.0
+        if not spiked or std < cfg.over_max * widest:
             return None
         evidence = {
             "reward_std": std, "reference_std": self._std.median, "std_ratio": std_ratio,
@@ -115,7 +126,7 @@ class RewardScale(Detector):
 
     def _track(self, firing: bool) -> None:
         self._firing = self._firing + 1 if firing else 0
-        for lagged in (self._std, self._mag, self._scale):
+        for lagged in (self._std, self._mag, self._scale, self._mean):
             lagged.frozen = firing
             if self._firing > self.config.rebase_after:
                 lagged.rebase()
