@@ -18,9 +18,10 @@ collapse, a temperature near 0).
 the vocabulary: the policy samples noise (random or wrong weights, a mismatched tokenizer, a huge
 temperature). log(V) is ``policy/entropy_uniform`` as the trainer logs it, else log(``vocab_size``)
 from the config; unknown → not judged.
-``kl_zero_start`` — the KL to the reference per token (``kl/token_mean``, else ``kl/mean``) is 0
-while ``kl/coef`` > 0 and the policy has moved: an earlier step had ``policy/approx_kl`` ≠ 0,
-``update/ratio/actor`` > 0, or ``grad/norm/actor`` > 0 with ``optim/lr/actor`` > 0 (or not logged).
+``kl_zero_start`` — the KL to the reference per token (``kl/token_mean``; else ``kl/mean``, per
+sequence: a stricter bound) is 0 while ``kl/coef`` > 0 and the policy has moved: an earlier step
+had ``policy/approx_kl`` ≠ 0, ``update/ratio/actor`` > 0, or ``grad/norm/actor`` > 0 with
+``optim/lr/actor`` > 0 (or not logged).
 At step 1 the KL is 0 by construction (actor = reference), and real run 005 starts with lr 0, so
 its KL is legitimately 0 at steps 1–2. Judged only while the KL has never been above the zero
 bound: a KL that falls to 0 later is ``kl_zero``'s. Not judged when β is not logged (TRL GRPO).
@@ -44,7 +45,7 @@ length is ≥ ``cap_frac`` = 0.95 × the cap — yellow at most: the healthy-lab
 mean length pinned at the 512 cap: the picture of a broken cap, so the level alone cannot justify
 orange; the checks below say when it hurts. ``entropy_zero`` yellow below ``entropy_low`` = 0.01
 nats per token, orange below ``entropy_zero`` = 0.001 (healthy-labelled real runs stay ≥ 0.036,
-run 004; the tiny world 0.16–0.31). ``entropy_uniform`` orange at ≥ ``uniform_frac`` = 0.9 ×
+run 004; the recorded healthy tiny-world runs ≥ 0.057). ``entropy_uniform`` orange at ≥ ``uniform_frac`` = 0.9 ×
 log(V) (the largest real-run entropy, 6.36 nats in the failed run 001 with V ≈ 248k, is 0.51 of
 uniform). ``kl_zero_start`` orange when |KL| ≤ ``kl_eps`` = 1e-6 nats per token and, when logged,
 ``kl/token_max`` ≤ ``kl_eps_max`` = 1e-4 (actor = reference in the tiny world gives 6e-8 per token,
@@ -56,8 +57,9 @@ runs have at most 1 such logged step in a row, 002 and 004; run 005, one or two 
 6; the sparse-reward run 016 19, on 84 of its 100 steps). ``no_update`` orange at the first
 step, red after 3 in a row (a zero gradient with a learning signal does not happen by chance when
 each logged step is one optimizer step). ``constant_responses`` orange when the most common
-response is ≥ ``constant_share`` = 0.9 of the step's samples (the recorded healthy tiny-world
-runs: none).
+response is ≥ ``constant_share`` = 0.9 of the step's samples. The recorded healthy tiny-world
+runs (4 × 120 steps) stay far from every level: truncated ≤ 6 %, entropy ≥ 0.057 nats,
+``reward/frac_zero_std_groups`` ≤ 0.875 (8 groups), the most common response ≤ 28 % of a step.
 Scale assumptions: none beyond the units above — fractions of the batch, fractions of the
 configured cap and of log(V), exact zeros, and nats for "near zero" entropy (a deterministic
 policy has 0 nats at any vocabulary size). The steps of a check are consecutive logged steps.
