@@ -377,6 +377,20 @@ def test_gradients_sparse_signal_steps_are_not_explosions():
     assert first(make("gradients"), rows, "red", "explosion/actor")[0] == 80
 
 
+def test_gradients_loss_explosion_is_red_in_orders_of_magnitude():
+    # real run 014: a GRPO loss around 0.2 (sign alternating) jumps to 1e4 and beyond
+    rng = np.random.default_rng(8)
+    calm = [{"policy/loss": float(rng.choice([-1, 1]) * 0.2 * np.exp(rng.normal(0, 0.7)))}
+            for _ in range(40)]
+    assert fired(make("gradients"), calm) == []
+    step, cond = first(make("gradients"), calm + [{"policy/loss": 1.2e4}], "red", "loss")
+    assert step == 40 and cond.evidence["z_log10"] >= 6
+    # a loss that is often exactly 0 and otherwise small (GRPO with zero-std groups) is quiet
+    sparse = [{"policy/loss": float(0.0 if rng.random() < 0.5 else rng.uniform(-0.02, 0.02))}
+              for _ in range(80)]
+    assert fired(make("gradients"), sparse) == []
+
+
 def test_gradients_quiet_on_healthy_norms():
     rows = [{"grad/norm/actor": v, "grad/norm/critic": v / 2, **_layers(emb=1.5)}
             for v in np.abs(noisy(1.5, 80, 0.4))]

@@ -427,6 +427,17 @@ def test_length_hacking_truncation_rise_is_yellow_and_a_large_growth_orange():
     assert {c.severity for c in conditions(make("length_hacking"), metrics_only(capped))} == {"yellow"}
 
 
+def test_length_collapse_is_orange_after_two_steps_even_right_after_the_first_value():
+    # real run 017: 53 tokens at the first logged step, 2-5 from the second on
+    rows = [{"response/length_mean": v} for v in [53.4, 2.6, 3.1, 4.5, 2.2]]
+    step, cond = first(make("length_hacking"), metrics_only(rows), "orange", key="collapse")
+    assert step == 2 and cond.evidence["onset_step"] == 1 and cond.evidence["length_early"] == 53.4
+    # a run that shortens by half (healthy real run 004 keeps >= 45%) stays quiet
+    halved = [{"response/length_mean": v} for v in [290.0, 300.0, 280.0] + [140.0] * 20]
+    assert [c for c in conditions(make("length_hacking"), metrics_only(halved))
+            if c.key == "collapse"] == []
+
+
 def test_length_hacking_quiet_on_flat_noisy_lengths():
     rows = [{"response/length_mean": 12.0 + e, "response/truncated_frac": 0.02}
             for e in noise(100, 1.0)]

@@ -14,7 +14,9 @@ make most GRPO steps' gradients ~0 and the others 20× larger, real run 016; the
 step of the recorded lr_spike / critic_lr_spike runs is 2.0× / 16× the window's largest), after
 8 steps → red (key "explosion/<actor|critic>"); vanishing when it stays below 1e-3 × its early
 median (first 10 steps) for 5 steps → yellow (key "vanishing/<…>"); dominance when max/median
-over layer groups > 10 for 3 steps → orange (key "layer"). Healthy tiny-world runs: actor norms
+over layer groups > 10 for 3 steps → orange (key "layer"); loss explosion when |``policy/loss``| is ≥ 6 robust z above its last 30
+non-zero values in orders of magnitude (log10) and > 2× the largest of them → red (key "loss";
+real run 014: 0.2 → 1e4–1.3e8 from step ~410; healthy real runs stay within 5× their median). Healthy tiny-world runs: actor norms
 0.9–2.5, layer max/median ≈ 1.5; no step of the recorded healthy runs is 10× its median.
 Scale assumptions: none in absolute units — gradient norms depend on the model, the loss and the
 reward scale (real runs: medians 1e-4 on run 011 to 21 on run 008); ``explode_abs`` /
@@ -29,6 +31,7 @@ learning rate and β; dominance — clip the embeddings separately, normalise th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +39,7 @@ import numpy as np
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Streak, Window
+from rlcockpit.diagnostics.windows import Streak, Window, robust_z
 
 _NETS = ("actor", "critic")
 
@@ -63,13 +66,17 @@ class GradientsConfig(Config):
     layer_ratio: float = option(10.0, help="Orange when max/median over layer groups exceeds "
                                 "this ...", range=(1.0, 1e9))
     layer_steps: int = option(3, help="... for this many consecutive steps.", range=(1, 10000))
+    loss_z: float = option(6.0, help="Loss explosion: robust z of log10 |policy/loss| against "
+                           "its last `window` non-zero values ...", range=(0.5, 1e6))
+    loss_over_max: float = option(2.0, help="... and |loss| above this × the window's largest.",
+                                  range=(1.0, 1e9))
 
 
 @register
 class Gradients(Detector):
     name = "gradients"
     family = "gradients"
-    reads = ("grad/norm/actor", "grad/norm/critic", "grad/norm/layer/")
+    reads = ("grad/norm/actor", "grad/norm/critic", "grad/norm/layer/", "policy/loss")
     patterns = ("grad_explosion", "grad_vanishing", "embedding_grad_dominance")
     signal = "grad norm"
     Config = GradientsConfig
@@ -81,10 +88,12 @@ class Gradients(Detector):
         self._vanish = {net: Streak() for net in _NETS}
         self._early: dict[str, list[float]] = {net: [] for net in _NETS}
         self._layer = Streak()
+        self._loss = Window(cfg.window)  # log10 |policy/loss| of the non-zero values
 
     def update(self, view: StepView) -> list[Condition] | object:
         layers = view.matching("grad/norm/layer/")
-        if all(view.get(f"grad/norm/{net}") is None for net in _NETS) and not layers:
+        if all(view.get(f"grad/norm/{net}") is None for net in _NETS) and not layers \
+                and view.get("policy/loss") is None:
             return SKIPPED
         found: list[Condition | None] = []
         for net in _NETS:
@@ -94,7 +103,31 @@ class Gradients(Detector):
                           self._vanishing(net, value, view.step)]
                 self._norms[net].push(value, view.step)
         found.append(self._dominance(layers, view.step))
+        found.append(self._loss_explosion(view.finite("policy/loss"), view.step))
         return [c for c in found if c is not None]
+
+    def _loss_explosion(self, loss: float | None, step: int) -> Condition | None:
+        """|policy/loss| far out of its own range, in orders of magnitude (key "loss")."""
+        cfg = self.config
+        if loss is None or loss == 0:
+            return None
+        size = math.log10(abs(loss))
+        window = self._loss
+        found = None
+        if len(window) >= cfg.min_steps:
+            z = robust_z(size, window.values, floor=0.1)  # a flat history: 0.1 decade
+            top = 10 ** float(np.max(window.values))
+            if z >= cfg.loss_z and abs(loss) > cfg.loss_over_max * top:
+                evidence = {"loss": loss, "z_log10": z, "window_max_abs": top,
+                            "window_median_abs": 10 ** float(np.median(window.values)),
+                            "signal": "loss", "onset_step": step}
+                found = Condition("red", f"policy loss exploded to {loss:.3g} ({abs(loss) / top:.0f}× "
+                                  f"the largest of the last {len(window)} steps, z {z:.1f} in orders "
+                                  "of magnitude)", evidence, key="loss",
+                                  message_zh=f"策略损失爆炸至 {loss:.3g}（为最近 {len(window)} 步最大值的 "
+                                             f"{abs(loss) / top:.0f} 倍）")
+        window.push(size, step)
+        return found
 
     def _explosion(self, net: str, value: float, step: int) -> Condition | None:
         cfg = self.config

@@ -7,6 +7,11 @@ Signal, key "length": ``response/length_mean`` — a Mann–Kendall trend over t
 ``trend_window`` (30) steps with the relative growth between the medians of its first and last 5
 values, or the mean of the last ``recent`` (3) steps as a robust z against the ``window`` (20)
 steps before (a fast rise).
+Key "collapse": the mean length below ``collapse_frac`` (0.2) × its early level (median of the
+first 3 values that did not collapse; judged from the second value on: 017 collapses at its
+second logged step) for 2 steps in a row → orange — the opposite failure, a policy that stops
+answering (real runs: 011 1,759 → 1 token, 017 53 → 3 tokens; the healthy-labelled runs keep
+≥ 45% of their early length, the tiny world's ≥ 67%).
 Key "truncation": ``response/truncated_frac`` — its recent mean against the reference median.
 Key "distribution" (samples): this step's sample lengths against the pooled lengths of the
 reference steps: a two-sample KS test with the median shifted right, a long tail (share of
@@ -82,6 +87,12 @@ class LengthHackingConfig(Config):
                                range=(0.0, 1.0))
     dist_steps: int = option(3, help="Distribution: steps in a row the shape change must hold.",
                              range=(1, 1000))
+    collapse_frac: float = option(0.2, help="Collapse: the mean length below this × its early "
+                                  "level (median of the first `early_steps` values) ...",
+                                  range=(0.0, 1.0))
+    collapse_steps: int = option(2, help="... for this many steps in a row.", range=(1, 1000))
+    early_steps: int = option(3, help="Collapse: values whose median is the early level.",
+                              range=(1, 1000))
 
 
 @register
@@ -101,6 +112,8 @@ class LengthHacking(Detector):
         self._trend = Window(cfg.trend_window)
         self._trunc = Lagged(cfg.window, cfg.recent)
         self._dist = LengthShape(cfg)
+        self._early: list[float] = []
+        self._shrunk = Streak()
 
     def update(self, view: StepView) -> list[Condition] | object:
         if view.get("response/length_mean") is None and not view.samples:
@@ -112,7 +125,33 @@ class LengthHacking(Detector):
         trunc = self._truncation() if self._trunc.ready(cfg.warmup) else None
         length = self._growth(trunc is not None) if self._length.ready(cfg.warmup) else None
         dist = self._dist.update(view)
-        return [c for c in (length, trunc, dist) if c is not None]
+        collapse = self._collapse(view)
+        return [c for c in (length, trunc, dist, collapse) if c is not None]
+
+    def _collapse(self, view: StepView) -> Condition | None:
+        """The answers shrank to a fraction of their early length (key "collapse")."""
+        cfg = self.config
+        value = view.finite("response/length_mean")
+        if value is None:
+            return None
+        if not self._early:
+            self._early.append(value)
+            return None
+        early = float(np.median(self._early))
+        shrunk = value < cfg.collapse_frac * early
+        if not shrunk and len(self._early) < cfg.early_steps:
+            self._early.append(value)  # the early level: the first values that did not collapse
+        held = self._shrunk.update(shrunk, view.step)
+        if held < cfg.collapse_steps:
+            return None
+        evidence = {"length_now": value, "length_early": early, "share": value / early,
+                    "threshold": cfg.collapse_frac, "steps": held, "signal": "response length",
+                    "onset_step": self._shrunk.onset}
+        return Condition("orange", f"responses collapsed to {value:.3g} tokens, {value / early:.0%} "
+                         f"of their early length {early:.3g}, for {held} steps: the policy may "
+                         "have degenerated (empty or one-token answers)", evidence, key="collapse",
+                         message_zh=f"回答长度坍缩至 {value:.3g}（早期 {early:.3g} 的 "
+                                    f"{value / early:.0%}），已持续 {held} 步：策略可能已退化")
 
     def _growth(self, truncating: bool) -> Condition | None:
         cfg = self.config
