@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 
 from rlcockpit.errors import NotFoundError
-from rlcockpit.faults.base import Fault, RewardFault
+from rlcockpit.faults.base import Fault, LiveChange, RewardFault
 
 
 def available() -> dict[str, Fault]:
@@ -35,4 +35,4 @@ def get(name: str) -> Fault:
     return found[name]
 
 
-__all__ = ["Fault", "RewardFault", "available", "get"]
+__all__ = ["Fault", "LiveChange", "RewardFault", "available", "get"]
