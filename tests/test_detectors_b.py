@@ -438,6 +438,15 @@ def test_length_collapse_is_orange_after_two_steps_even_right_after_the_first_va
             if c.key == "collapse"] == []
 
 
+def test_length_growth_onset_is_where_the_length_left_its_band():
+    # flat at 12 tokens until step 40, then +0.5 per step: the onset is ~40, not the start of
+    # the 30-step trend window that detects it
+    rows = [{"response/length_mean": 12.0 + e + (0.5 * (i - 39) if i >= 40 else 0.0)}
+            for i, e in enumerate(noise(70, 0.2))]
+    step, cond = first(make("length_hacking"), metrics_only(rows), key="length")
+    assert step is not None and 36 <= cond.evidence["onset_step"] <= 44  # window start: 16
+
+
 def test_length_hacking_quiet_on_flat_noisy_lengths():
     rows = [{"response/length_mean": 12.0 + e, "response/truncated_frac": 0.02}
             for e in noise(100, 1.0)]

@@ -264,3 +264,20 @@ def test_every_builtin_detector_is_documented_with_the_five_parts():
         title, parts = docstring_parts(cls)
         missing = [p for p in PARTS if p not in parts]
         assert title and not missing, f"{name}'s docstring lacks {missing}"
+
+
+class _Unchanged(Detector):
+    name = "test_unchanged"
+    signal = "level"
+
+    def update(self, view):
+        before, now = (0.5, 0.5) if view.step < 5 else (0.5, 0.2)
+        return Condition("orange", f"level fell to {now} from {before}",
+                         {"mean_now": now, "mean_reference": before})
+
+
+def test_a_condition_whose_before_and_after_are_equal_is_never_raised():
+    engine = Engine([_Unchanged()], DiagnosticsConfig())
+    findings = feed(engine, [{"x": 1.0}] * 7)
+    assert [(f.step, f.status) for f in findings] == [(5, "raised")]
+    assert findings[0].evidence["mean_now"] == 0.2

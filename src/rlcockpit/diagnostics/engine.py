@@ -138,6 +138,8 @@ class Engine:
         out = []
         for cond in conditions:
             active = self._active.get((det.name, cond.key))
+            if active is None and unchanged(cond.evidence):
+                continue  # "fell to -0.5 from -0.5": no change is no finding (issue 10, point 7)
             if active is None:
                 incident = self._join_incident(step, (det.name, cond.key))
                 self._active[(det.name, cond.key)] = _Active(cond.severity, step, incident, 0, cond)
@@ -204,6 +206,23 @@ class Engine:
         self.status[det.name] = "error"
         log.warning("detector %s failed and is switched off for this run: %s", det.name, exc,
                     exc_info=True)
+
+
+# (now, before) evidence pairs the built-in detectors use for a level they say has moved
+CHANGE_PAIRS = (("mean_now", "mean_reference"), ("mean_now", "reference_mean"),
+                ("length_now", "length_reference"), ("reward_now", "reward_reference"),
+                ("to", "from"), ("after", "before"))
+
+
+def unchanged(evidence: Mapping[str, Any]) -> bool:
+    """True when the evidence reports a level moving from a value to the same value as shown
+    (three significant digits): such a condition is never raised as a finding."""
+    for now_key, before_key in CHANGE_PAIRS:
+        now, before = evidence.get(now_key), evidence.get(before_key)
+        if isinstance(now, (int, float)) and isinstance(before, (int, float)) \
+                and f"{float(now):.3g}" == f"{float(before):.3g}":
+            return True
+    return False
 
 
 def _as_list(result: Any) -> list[Condition]:

@@ -190,6 +190,8 @@ class CategoryImbalance(Detector):
         deep = z <= -2.0 * self._z_drop
         severity = "orange" if others_z >= cfg.others_rise or deep else "yellow"
         now, ref, onset = self._level(name, floor, by_samples)
+        if now >= ref:
+            return None  # a falling trend whose level is back at (or above) the reference
         evidence = {"category": name, "mean_now": now, "mean_reference": ref, "z": z,
                     "z_kind": "welch (samples)" if by_samples else "robust (metrics)",
                     "trend_z": trend_z, "z_threshold": -self._z_drop, "others_z": others,

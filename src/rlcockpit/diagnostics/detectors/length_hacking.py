@@ -56,7 +56,13 @@ from rlcockpit.diagnostics.detectors._reward_stats import (
     sample_values,
 )
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Streak, Window, mann_kendall, relative_growth
+from rlcockpit.diagnostics.windows import (
+    Streak,
+    Window,
+    band_exit,
+    mann_kendall,
+    relative_growth,
+)
 
 
 @dataclass(frozen=True)
@@ -170,7 +176,10 @@ class LengthHacking(Detector):
             values = self._trend.values
             ref, now = float(np.median(values[:5])), float(np.median(values[-5:]))
         severity = "orange" if growth >= cfg.growth_orange else "yellow"
-        onset = int(self._trend.steps[0]) if rising else self._length.onset(lambda v: v > ref)
+        # onset: where the length left its band (stayed above start + 20% of the rise), not the
+        # start of the trend window
+        onset = (band_exit(self._trend.values, self._trend.steps, ref + 0.2 * (now - ref))
+                 or int(self._trend.steps[-1])) if rising else self._length.onset(lambda v: v > ref)
         evidence = {"length_now": now, "length_reference": ref, "growth": growth,
                     "trend_z": trend.z if trend else None, "trend_window": cfg.trend_window,
                     "z": z, "growth_threshold": cfg.growth, "truncating": truncating,

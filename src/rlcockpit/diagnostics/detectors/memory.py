@@ -25,7 +25,7 @@ import numpy as np
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, mann_kendall, theil_sen
+from rlcockpit.diagnostics.windows import Window, band_exit, mann_kendall, theil_sen
 
 _METRICS = ("sys/rss_gb", "sys/gpu_mem_gb")
 
@@ -105,7 +105,8 @@ class Memory(Detector):
         if p >= cfg.p_max:
             return None
         evidence = {"metric": metric, "rise_gb": rise, "median_gb": median, "p_value": p,
-                    "window": cfg.window, "signal": "memory", "onset_step": int(window.steps[0])}
+                    "window": cfg.window, "signal": "memory",
+                    "onset_step": band_exit(values, window.steps, median) or int(window.steps[-1])}
         return Condition("yellow", f"{metric} growing steadily: +{rise:.2f} GB over "
                          f"{cfg.window} steps (now {values[-1]:.2f} GB)", evidence,
                          key=f"growth/{metric}",

@@ -36,7 +36,7 @@ from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.detectors._reward_stats import spearman
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, mann_kendall, relative_drop
+from rlcockpit.diagnostics.windows import Window, band_exit, mann_kendall, relative_drop
 
 ENDS = 10  # steps whose median is the start / end level of the long window
 # Length in tokens (SampleRecord.length) and in characters: with mixed scripts (Chinese and
@@ -102,7 +102,7 @@ class RMStaleness(Detector):
                     "mean_start": float(np.median(mean[:ENDS])),
                     "mean_end": float(np.median(mean[-ENDS:])), "window": cfg.long_window,
                     "threshold": cfg.std_drop, "signal": "reward std",
-                    "onset_step": int(self._std.steps[0])}
+                    "onset_step": _band_exit_down(std, self._std.steps)}
         return Condition("yellow", f"reward model saturating: reward/std fell {drop:.0%} over "
                          f"{cfg.long_window} steps while reward/mean rose", evidence,
                          key="saturation", message_zh=f"奖励模型趋于饱和：{cfg.long_window} 步内 "
@@ -144,3 +144,9 @@ class RMStaleness(Detector):
 def _orange(cond: Condition) -> Condition:
     return Condition("orange", cond.message, cond.evidence, key=cond.key,
                      message_zh=cond.message_zh)
+
+
+def _band_exit_down(values: np.ndarray, steps: np.ndarray) -> int:
+    """Where a falling series left its band: it stayed below start - 20% of its fall."""
+    start, end = float(np.median(values[:ENDS])), float(np.median(values[-ENDS:]))
+    return band_exit(values, steps, start - 0.2 * (start - end), rising=False) or int(steps[-1])
