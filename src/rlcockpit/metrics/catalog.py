@@ -127,8 +127,8 @@ _KL = _specs("kl", [
      "KL penalty coefficient beta in r_t = -beta * KL_t (+ sequence reward on the last token). "
      "Live parameter; moved by the adaptive controller (Ziegler et al. 2019) toward kl/target."),
     ("kl/target", "nats", "none",
-     "Target sequence KL of the adaptive KL controller; the warning line on the KL chart. "
-     "Live parameter (empty with a fixed controller)."),
+     "Target sequence KL: the adaptive KL controller moves beta toward it; with a fixed beta it is "
+     "the level the KL detectors judge against. The warning line on the KL chart. Live parameter."),
     ("kl/cycle_delta", "nats", "flat",
      "KL growth over one PPO cycle: kl/mean at this step minus kl/mean at the previous step. "
      "Healthy: around 0; a run of positive values is a steady drift from the reference."),

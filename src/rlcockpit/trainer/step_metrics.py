@@ -39,7 +39,7 @@ LOGGED_METRICS: dict[str, str] = {
     "update/skipped_total": "every step",
     "reward/scale": "every step (live)",
     "kl/mean": "every step", "kl/token_mean": "every step", "kl/token_max": "every step",
-    "kl/token_p99": "every step", "kl/coef": "every step (live / adaptive)", "kl/target": "with kl.adaptive (live)",
+    "kl/token_p99": "every step", "kl/coef": "every step (live / adaptive)", "kl/target": "every step (live; the adaptive controller's target)",
     "kl/cycle_delta": "from the second step",
     "policy/entropy": "every step", "policy/entropy_uniform": "every step (log of the actor's vocabulary size)",
     "policy/approx_kl": "every step", "policy/clip_frac": "every step",
@@ -169,8 +169,8 @@ def live_metrics(live: LiveParams, *, kl_coef: float, clip_eps: float, actor_lr:
     else:
         for name in ("optim/lr/critic", "value/clip_range", "grad/clip/critic"):
             out.pop(name, None)
-    if not adaptive_kl:
-        out.pop("kl/target", None)
+    # kl/target is logged with a fixed beta too: it is the level the KL detectors judge against
+    # (diagnostics/detectors/_kl.py); only the adaptive controller (adaptive_kl) moves beta towards it.
     if has_critic and live.value_clip <= 0:
         out.pop("value/clip_range", None)  # the catalog: empty when clipping is disabled
     return out
