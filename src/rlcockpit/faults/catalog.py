@@ -142,11 +142,11 @@ FAULTS: tuple[Fault, ...] = (
                 "how": "reward wrapper template_bonus (+1.5 helpfulness for hedging)"},
           drives="reward/helpfulness/mean"),
     Fault("ref_perturbed", "the reference model swapped for a slightly different checkpoint: the SFT "
-          "weights plus Gaussian noise of 0.1 x each tensor's std",
+          "weights plus Gaussian noise of 0.3 x each tensor's std",
           expected=KL_FAMILY,
-          how="step hook at the onset: reference weights += 0.1 x std x N(0, 1) per tensor (seeded)",
-          action=_perturb(0.1),
-          mild={"action": _perturb(0.03), "how": "step hook at the onset: reference weights += 0.03 x std x N(0, 1)"},
+          how="step hook at the onset: reference weights += 0.3 x std x N(0, 1) per tensor (seeded)",
+          action=_perturb(0.3),
+          mild={"action": _perturb(0.1), "how": "step hook at the onset: reference weights += 0.1 x std x N(0, 1)"},
           drives="kl/mean"),
     Fault("ref_prompt_template", "prompt-template mismatch: the reference scores each response given a "
           "system line + the prompt, the actor rolled out on the prompt alone",
