@@ -6,10 +6,14 @@ divergence, tables, and the headline JSON on the last line (peers switched off h
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ["healthy-ppo-s0", "lr_spike-s0", "nan_reward-s0", "ref_prompt_template-s0", "rm_bias_drift-s0"]
@@ -47,3 +51,63 @@ def test_detection_quick_scores_fault_runs_against_their_twin(tmp_path):
                 "offline_matches_live"):
         assert head2[key] == head[key], key
     assert "reusing 5 finished runs" in log and "[1/" not in log
+    # a resumed run's findings: the twin's engine continued with its own steps = the stitched stream replayed
+    detection, grid = _benchmark_modules()
+    jobs = grid.make_jobs("calibration", None, True)
+    infos = {j.key: grid.finished_run(j, tmp_path) for j in jobs}
+    outcomes = {o.job.key: o for o in detection.build_outcomes(jobs, infos)}
+    resumed = [j for j in jobs if j.fault and infos[j.key]["resumed_from"] is not None]
+    assert len(resumed) == 3
+    for job in resumed:
+        twin, info = outcomes[job.twin], infos[job.key]
+        stream = detection.stitched(detection.read_stream(info), detection.read_stream(twin.info), info["resumed_from"])
+        full, _ = detection.replay(stream, outcomes[job.key].config)
+        assert detection._sig(full) == detection._sig(outcomes[job.key].findings), job.key
+
+
+def _benchmark_modules():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module("detection"), importlib.import_module("_detection_grid")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+@pytest.mark.parametrize("split", ["calibration", "evaluation"])
+def test_every_fault_sees_several_variants_and_the_split_fits_the_budget(split):
+    _, grid = _benchmark_modules()
+    jobs = grid.make_jobs(split, None, False)
+    faults_jobs = [j for j in jobs if j.fault]
+    twins = {j.key: j for j in jobs if not j.fault}
+    assert len(twins) == 20 and all(t.steps == 200 for t in twins.values()) and len(faults_jobs) == 16 * 5
+    assert {j.seed for j in jobs} == set(grid.SPLITS[split])
+    for name in {j.fault for j in faults_jobs}:
+        mine = [j for j in faults_jobs if j.fault == name]
+        assert {j.variant.onset_class for j in mine} == {"zero", "early", "late"}, name
+        assert len({j.variant.config for j in mine}) >= 2, name
+        assert len({(j.variant.shape, j.variant.magnitude) for j in mine}) >= 2, name
+    for j in faults_jobs:
+        twin = twins[j.twin]
+        assert (twin.seed, twin.config) == (j.seed, j.variant.config) and twin.steps >= j.steps
+        if j.variant.onset == 0:  # trained from step 1; a config-level live change is a step
+            assert j.resume_step is None
+            assert j.variant.shape == "step" or not grid.make_fault(j.fault, j.variant).live
+        else:
+            assert 10 <= j.variant.onset <= 30 or 105 <= j.variant.onset <= 125
+            assert j.resume_step == j.variant.onset - 2 and j.resume_step in twin.checkpoints
+    trained = sum(j.steps - (j.resume_step or 0) for j in jobs)
+    assert trained <= 6_000  # ~50 min on 2 workers at ~1 s per step
+    assert Counter(j.variant.shape for j in faults_jobs)["ramp"] >= 20
+
+
+def test_the_evaluation_split_refuses_uncommitted_detector_changes(monkeypatch):
+    detection, _ = _benchmark_modules()
+
+    def fake_git(cmd, **kwargs):
+        out = " M src/rlcockpit/diagnostics/detectors/kl_tiers.py" if "status" in cmd else "abc123"
+        return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(detection.subprocess, "run", fake_git)
+    with pytest.raises(SystemExit, match="refuses to run: src/rlcockpit/diagnostics/ has uncommitted changes"):
+        detection.detector_commit("evaluation")
+    assert detection.detector_commit("calibration") == ("abc123", True)
