@@ -80,14 +80,18 @@ bench-telemetry: $(TRACKERS_VENV)/.installed
 bench-store: $(TRACKERS_VENV)/.installed
 	$(TRACKERS_VENV)/bin/python benchmarks/store_queries.py $(BENCH_ARGS)
 
-# Detection benchmark (benchmarks/README.md, docs/detection.md): every fault x 3 seeds + healthy runs,
-# our detectors live and offline, and the peers rlwatch / rlprobe / rldoctor on the same recorded
-# streams. The peers live ONLY in .benchvenv-peers. Run it niced on a shared machine.
+# Detection benchmark (benchmarks/README.md, docs/detection.md): every fault x 5 seeds of a split
+# (SPLIT=calibration: seeds 0-4; SPLIT=evaluation: seeds 100-104, refused while the detector code has
+# uncommitted changes) against 200-step healthy twins, and the peers on the same recorded streams.
+# ~50-60 min on 2 workers; the runs stay in benchmarks/.cache/detection-<split>/ and --reuse resumes
+# an interrupted split. The peers live ONLY in .benchvenv-peers. Run it niced on a shared machine.
 PEERS_VENV := .benchvenv-peers
+SPLIT ?= calibration
 .PHONY: bench-detection
 
 bench-detection: $(STAMP) $(PEERS_VENV)/.installed
-	nice -n 10 $(PY) benchmarks/detection.py --peers-python $(PEERS_VENV)/bin/python $(BENCH_ARGS)
+	nice -n 10 $(PY) benchmarks/detection.py --split $(SPLIT) --workers 2 --out benchmarks/.cache/detection-$(SPLIT) \
+		--reuse --peers-python $(PEERS_VENV)/bin/python $(BENCH_ARGS)
 
 # The real-run corpus (benchmarks/README.md, docs/detection.md): 25 real runs read from
 # ../shared/real_runs (never copied here), imported and diagnosed offline. BENCH_ARGS passes flags,
