@@ -391,6 +391,16 @@ def test_gradients_loss_explosion_is_red_in_orders_of_magnitude():
     assert fired(make("gradients"), sparse) == []
 
 
+def test_gradients_spike_cut_by_clipping_with_a_calm_update_is_yellow():
+    rows = [{"grad/norm/actor": v, "grad/clip/actor": 1.0, "update/ratio/actor": 0.0013}
+            for v in noisy(0.8, 20, 0.1)]
+    spike = rows + [{"grad/norm/actor": 156.0, "grad/clip/actor": 1.0, "update/ratio/actor": 0.0013}]
+    step, cond = first(make("gradients"), spike, key="explosion/actor")
+    assert step == 20 and cond.severity == "yellow" and cond.evidence["clip"] == 1.0
+    moved = rows + [{"grad/norm/actor": 156.0, "grad/clip/actor": 1.0, "update/ratio/actor": 0.05}]
+    assert first(make("gradients"), moved, key="explosion/actor")[1].severity == "red"
+
+
 def test_gradients_quiet_on_healthy_norms():
     rows = [{"grad/norm/actor": v, "grad/norm/critic": v / 2, **_layers(emb=1.5)}
             for v in np.abs(noisy(1.5, 80, 0.4))]

@@ -12,7 +12,10 @@ Default thresholds: explosion when the norm is > 10× its rolling median and > 1
 norm of the window (a norm the run already reached recently is not an explosion: sparse rewards
 make most GRPO steps' gradients ~0 and the others 20× larger, real run 016; the first exploding
 step of the recorded lr_spike / critic_lr_spike runs is 2.0× / 16× the window's largest), after
-8 steps → red (key "explosion/<actor|critic>"); vanishing when it stays below 1e-3 × its early
+8 steps → red (key "explosion/<actor|critic>"), yellow when gradient clipping cut it
+(``grad/clip/<net>`` logged and below it) and the update ratio stayed within 3× its median: the
+clip did its job (a healthy tiny GRPO run, calibration seed 0: a norm of 156 at step 116, clipped
+to 1.0, the update ratio unchanged at 0.0013); vanishing when it stays below 1e-3 × its early
 median (first 10 steps) for 5 steps → yellow (key "vanishing/<…>"); dominance when max/median
 over layer groups > 10 for 3 steps → orange (key "layer"); loss explosion when |``policy/loss``| is ≥ 6 robust z above its last 30
 non-zero values in orders of magnitude (log10) and > 2× the largest of them → red (key "loss";
@@ -66,6 +69,9 @@ class GradientsConfig(Config):
     layer_ratio: float = option(10.0, help="Orange when max/median over layer groups exceeds "
                                 "this ...", range=(1.0, 1e9))
     layer_steps: int = option(3, help="... for this many consecutive steps.", range=(1, 10000))
+    absorbed_ratio: float = option(3.0, help="An explosion cut by gradient clipping "
+                                   "(grad/clip/<net>) whose update ratio stayed within this × its "
+                                   "median is a yellow spike, not red.", range=(1.0, 1e9))
     loss_z: float = option(6.0, help="Loss explosion: robust z of log10 |policy/loss| against "
                            "its last `window` non-zero values ...", range=(0.5, 1e6))
     loss_over_max: float = option(2.0, help="... and |loss| above this × the window's largest.",
@@ -76,7 +82,8 @@ class GradientsConfig(Config):
 class Gradients(Detector):
     name = "gradients"
     family = "gradients"
-    reads = ("grad/norm/actor", "grad/norm/critic", "grad/norm/layer/", "policy/loss")
+    reads = ("grad/norm/actor", "grad/norm/critic", "grad/norm/layer/", "policy/loss",
+             "grad/clip/actor", "grad/clip/critic", "update/ratio/actor", "update/ratio/critic")
     patterns = ("grad_explosion", "grad_vanishing", "embedding_grad_dominance")
     signal = "grad norm"
     Config = GradientsConfig
@@ -89,6 +96,7 @@ class Gradients(Detector):
         self._early: dict[str, list[float]] = {net: [] for net in _NETS}
         self._layer = Streak()
         self._loss = Window(cfg.window)  # log10 |policy/loss| of the non-zero values
+        self._updates = {net: Window(cfg.window) for net in _NETS}  # update/ratio/<net>
 
     def update(self, view: StepView) -> list[Condition] | object:
         layers = view.matching("grad/norm/layer/")
@@ -99,9 +107,11 @@ class Gradients(Detector):
         for net in _NETS:
             value = view.finite(f"grad/norm/{net}")
             if value is not None:
-                found += [self._explosion(net, value, view.step),
+                found += [self._explosion(net, value, view),
                           self._vanishing(net, value, view.step)]
                 self._norms[net].push(value, view.step)
+        for net in _NETS:  # after the judgement: the update ratios of the steps before
+            self._updates[net].push(view.finite(f"update/ratio/{net}"), view.step)
         found.append(self._dominance(layers, view.step))
         found.append(self._loss_explosion(view.finite("policy/loss"), view.step))
         return [c for c in found if c is not None]
@@ -129,8 +139,8 @@ class Gradients(Detector):
         window.push(size, step)
         return found
 
-    def _explosion(self, net: str, value: float, step: int) -> Condition | None:
-        cfg = self.config
+    def _explosion(self, net: str, value: float, view: StepView) -> Condition | None:
+        cfg, step = self.config, view.step
         window = self._norms[net]
         known = len(window) >= cfg.min_steps
         median = float(np.median(window.values)) if known else None
@@ -144,9 +154,30 @@ class Gradients(Detector):
                     "threshold_ratio": cfg.explode_ratio, "threshold_abs": cfg.explode_abs,
                     "signal": "grad norm", "onset_step": step}
         shown = f" ({ratio:.1f}× its median {median:.3g})" if ratio else ""
+        clip, moved = self._absorbed(net, value, view)
+        if clip is not None:  # clipped, and the weights moved as usual: a spike, not a blow-up
+            evidence.update(clip=clip, update_ratio_vs_median=moved)
+            return Condition("yellow", f"{net} gradient norm spiked to {value:.3g}{shown}; "
+                             f"clipping to {clip:.3g} kept the update at its usual size",
+                             evidence, key=f"explosion/{net}",
+                             message_zh=f"{net} 梯度范数突增至 {value:.3g}，已被裁剪到 "
+                                        f"{clip:.3g}，参数更新幅度正常")
         return Condition("red", f"{net} gradient norm exploded to {value:.3g}{shown}", evidence,
                          key=f"explosion/{net}",
                          message_zh=f"{net} 梯度范数爆炸至 {value:.3g}")
+
+    def _absorbed(self, net: str, value: float, view: StepView) -> tuple[float | None, float]:
+        """(clip, update ratio / its median) when gradient clipping cut this norm and the
+        update ratio stayed within ``absorbed_ratio`` × its recent median; (None, ...) else
+        (no clip or update ratio logged — imported runs — or the update moved anyway)."""
+        clip = view.finite(f"grad/clip/{net}")
+        ratio = view.finite(f"update/ratio/{net}")
+        history = self._updates[net]
+        before = float(np.median(history.values)) if len(history) >= 3 else None
+        if clip is None or clip <= 0 or value <= clip or ratio is None or not before:
+            return None, math.nan
+        moved = ratio / before
+        return (clip, moved) if moved <= self.config.absorbed_ratio else (None, moved)
 
     def _vanishing(self, net: str, value: float, step: int) -> Condition | None:
         cfg = self.config
