@@ -239,7 +239,20 @@ class Scheduler:
                     print(f"  [{n}/{total}] {job.key}: {info['status']} in {info['wall_s']:.0f} s "
                           f"({(time.perf_counter() - t0) / 60:.1f} min elapsed)"
                           + (f" -- {info['error']}" if info.get("error") else ""), file=sys.stderr, flush=True)
+        self._drop_used_checkpoints()
         return self.done
+
+    def _drop_used_checkpoints(self) -> None:
+        """Delete a twin checkpoint once every run that continues it has finished from it (~27 MB each);
+        a run retrained later without it trains from step 1."""
+        import shutil
+
+        for job in self.jobs:
+            if job.resume_step is None or not (path := self._resume_path(job)):
+                continue
+            users = [j for j in self.jobs if j.twin == job.twin and j.resume_step == job.resume_step]
+            if all(self.done.get(j.key, {}).get("resumed_from") == job.resume_step for j in users):
+                shutil.rmtree(path, ignore_errors=True)
 
     def _fill(self, pool: ProcessPoolExecutor, pending: list[Job], running: dict[Future, Job]) -> None:
         while pending and len(running) < max(1, self.workers):
