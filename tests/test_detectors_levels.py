@@ -271,10 +271,10 @@ def test_nonfinite_fires_at_the_first_step_without_any_history():
 
 def _train(tmp_path: Path, algo: str, steps: int, *extra: str) -> str:
     db = tmp_path / f"{algo}.db"
-    cmd = [sys.executable, "-m", "rlcockpit", "train", "--config",
+    cmd = [sys.executable, "-m", "rlcockpit", "train", "--quiet", "--config",
            str(ROOT / "examples" / f"{algo}_tiny.yaml"), "--store", f"sqlite:///{db}",
            f"train.steps={steps}", "eval.every=0", "checkpoint.every=0",
-           f"checkpoint.dir={tmp_path / 'ckpt'}", "model.threads=1", "--quiet", *extra]
+           f"checkpoint.dir={tmp_path / 'ckpt'}", "model.threads=1", *extra]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return f"sqlite:///{db}"
@@ -303,7 +303,7 @@ def test_every_response_cut_at_three_tokens_is_reported_by_doctor(tmp_path):
 def test_a_healthy_tiny_run_gives_no_levels_finding(tmp_path, algo):
     uri = _train(tmp_path, algo, 30, "rollout.batch_size=8", "ppo.minibatch_size=8")
     report = _doctor(uri)
-    assert report["steps"] == 30
+    assert report["last_step"] == 30
     assert [f for f in report["findings"] if f["detector"] == "levels"] == []
     (levels,) = [c for c in report["coverage"]["detectors"] if c["detector"] == "levels"]
     assert levels["state"] == "ran"  # the trainer logs the cap and the uniform entropy it judges by
