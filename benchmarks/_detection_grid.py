@@ -119,14 +119,14 @@ def make_fault(name: str, v: Variant) -> Any:
 # --------------------------------------------------------------------------- jobs
 
 
-def make_jobs(split: str, names: Sequence[str] | None, quick: bool) -> list[Job]:
+def make_jobs(split: str, names: Sequence[str] | None, quick: bool, n_seeds: int | None = None) -> list[Job]:
     """Every fault x seed of the split (one variant each) and one healthy run per config x seed, which
     is the twin of every fault run of that config and seed."""
     from rlcockpit import faults
 
     catalog = list(faults.available())
     names = list(names or (QUICK_FAULTS if quick else catalog))
-    seeds = SPLITS[split][:1] if quick else SPLITS[split]
+    seeds = SPLITS[split][:1] if quick else SPLITS[split][:n_seeds]
     jobs: list[Job] = []
     for i, seed in enumerate(seeds):
         for name in names:

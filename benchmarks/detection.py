@@ -543,6 +543,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke test: lr_spike (late, resumed from the twin), "
                    "nan_reward (onset 0), ref_prompt_template, 1 short PPO twin; the split's first seed, 8 prompts")
     p.add_argument("--faults", nargs="*", help="only these faults (default: all)")
+    p.add_argument("--seeds", type=int, default=None, help="calibration only: the split's first N seeds "
+                   "(a quicker tuning round; the evaluation always runs all of its seeds)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for every run (fault runs and twins alike)")
     p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="parallel runs (default 2)")
@@ -554,6 +556,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--docs", type=Path, default=None, help=f"write the tables into this file between markers "
                    f"(default: {DOCS.relative_to(ROOT)} unless --quick)")
     args = p.parse_args(argv)
+    if args.seeds is not None and args.split != "calibration":
+        p.error("--seeds is for the calibration split only: the evaluation runs every seed of its split")
     if args.peers_python is None and (ROOT / ".benchvenv-peers" / "bin" / "python").exists():
         args.peers_python = str(ROOT / ".benchvenv-peers" / "bin" / "python")
     if args.docs is None and not args.quick:
@@ -567,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     out_dir = (args.out or Path(tempfile.mkdtemp(prefix="rlcockpit-detection-"))).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = make_jobs(args.split, args.faults, args.quick)
+    jobs = make_jobs(args.split, args.faults, args.quick, args.seeds)
     extra = (*(QUICK_OVERRIDES if args.quick else ()), *args.set)
     n_fault = sum(1 for j in jobs if j.fault)
     print(f"split {args.split}: {n_fault} fault runs + {len(jobs) - n_fault} twins, "
