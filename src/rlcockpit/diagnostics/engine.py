@@ -6,6 +6,11 @@ The same engine runs live in the trainer's DIAGNOSE phase and offline over a sto
 ("resolved") — never every step. Raised findings within ``incident_window`` steps of an open
 incident join it; the incident's summary names the first-moving signal (:mod:`.incidents`).
 
+Changes are context, not causes (issue 10, point 3): :meth:`Engine.note_change` tells the engine that
+live parameters changed at a step. Nothing is raised for it; a finding raised or escalated within
+``incident_window`` steps after a change carries it in its evidence as ``recent_changes`` (list of
+``{step, changes: {name: {before, after}}, by}``), and the incident summary mentions it.
+
 Fail soft: a detector that raises is marked "error", reported once as an event-like status and
 skipped from then on; it never stops training.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +29,8 @@ from rlcockpit.diagnostics.config import DiagnosticsConfig
 from rlcockpit.records import FindingRecord, SampleRecord
 
 log = logging.getLogger("rlcockpit.diagnostics")
+CHANGES_KEPT = 256  # noted changes remembered (a ramp changes a parameter every step)
+RECENT_CHANGES_MAX = 10  # the most recent ones a finding's evidence carries
 
 
 @dataclass
@@ -55,6 +63,7 @@ class Engine:
         self._incidents: list[_Incident] = []
         self._prefix = incident_prefix
         self._last_step_wall: float | None = None
+        self._changes: deque[dict[str, Any]] = deque(maxlen=CHANGES_KEPT)
 
     @classmethod
     def from_config(cls, config: DiagnosticsConfig | None = None, **kwargs: Any) -> Engine:
@@ -105,6 +114,34 @@ class Engine:
     def touch(self, wall_time: float) -> None:
         """Count ``wall_time`` as a sign of life (a paused run is not a hung one)."""
         self._last_step_wall = float(wall_time)
+
+    def note_change(self, step: int, changes: Mapping[str, Any], source: str, *,
+                    before: Mapping[str, Any] | None = None) -> None:
+        """Live parameters changed at ``step`` (applied after that step's observation): ``changes``
+        maps a name to its new value, ``before`` to its old one, ``source`` says who asked. Context
+        for later findings only: a change never raises a finding by itself."""
+        old = before or {}
+        entry = {"step": int(step), "by": str(source),
+                 "changes": {str(k): {"before": old.get(k), "after": v} for k, v in changes.items()}}
+        if entry["changes"]:
+            self._changes.append(_json_safe(entry))
+
+    def note_live_params(self, step: int, payload: Mapping[str, Any]) -> None:
+        """:meth:`note_change` from a ``live_params_applied`` event payload (``after``, ``before``,
+        ``requested_by``), as the trainer records it: live and offline read the same fields."""
+        after = payload.get("after")
+        if not isinstance(after, Mapping):
+            return  # not a payload this engine understands: no context rather than a crash
+        before = payload.get("before")
+        self.note_change(step, after, str(payload.get("requested_by") or "unknown"),
+                         before=before if isinstance(before, Mapping) else None)
+
+    def recent_changes(self, step: int, onset: int | None = None) -> list[dict[str, Any]]:
+        """Changes noted before ``step`` and at most ``incident_window`` steps before the onset
+        (``step`` when not given), oldest first, at most :data:`RECENT_CHANGES_MAX`."""
+        first = min(step, step if onset is None else onset) - self.config.incident_window
+        found = [c for c in self._changes if first <= c["step"] < step]
+        return found[-RECENT_CHANGES_MAX:]
 
     def active(self) -> dict[tuple[str, str], str]:
         """(detector, key) → severity of every condition currently open."""
@@ -196,6 +233,9 @@ class Engine:
         if cond.message_zh:
             evidence.setdefault("message_zh", cond.message_zh)
         evidence.setdefault("family", det.family)
+        changes = self.recent_changes(step, _onset(evidence.get("onset_step"), step))
+        if changes:  # context for whoever reads the finding, never its cause
+            evidence["recent_changes"] = changes
         return FindingRecord(step=step, detector=det.name, severity=cond.severity,
                              message=cond.message, evidence=_json_safe(evidence),
                              patterns=tuple(det.patterns), status=status, wall_time=wall,
@@ -223,6 +263,13 @@ def unchanged(evidence: Mapping[str, Any]) -> bool:
                 and f"{float(now):.3g}" == f"{float(before):.3g}":
             return True
     return False
+
+
+def _onset(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def _as_list(result: Any) -> list[Condition]:

@@ -1,16 +1,20 @@
 """Incidents: findings grouped by the engine, summarised with the first-moving signal.
 
 Pure functions over stored :class:`FindingRecord` lists, so the server, ``rlcockpit doctor`` and
-the UI all tell the same story: "KL moved 6 steps before clip fraction and grad norm".
+the UI all tell the same story: "KL moved 6 steps before clip fraction and grad norm". Live-parameter
+changes noted before the incident's first finding (the findings' ``recent_changes`` evidence) are
+added as context, never as the cause: "… (after actor_lr 5e-05 → 0.005 at step 99)".
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rlcockpit.diagnostics.base import severity_rank
 from rlcockpit.records import FindingRecord
+
+CONTEXT_PARAMS_MAX = 3  # parameters a summary names; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -52,9 +56,11 @@ def _incident(key: str, items: list[FindingRecord]) -> Incident:
     patterns = tuple(dict.fromkeys(p for f in items for p in f.patterns))
     worst = max((f.severity for f in items), key=severity_rank)
     en, zh = first_mover(order, items)
-    return Incident(incident=key, severity=worst, first_step=min(f.step for f in items),
+    first_step = min(f.step for f in items)
+    ctx_en, ctx_zh = change_context(changes_before(items, first_step))
+    return Incident(incident=key, severity=worst, first_step=first_step,
                     last_step=max(f.step for f in items), detectors=tuple(d for d, _ in order),
-                    patterns=patterns, summary=en, summary_zh=zh,
+                    patterns=patterns, summary=en + ctx_en, summary_zh=zh + ctx_zh,
                     resolved=not any(open_keys.values()), findings=tuple(items))
 
 
@@ -78,6 +84,47 @@ def first_mover(order: list[tuple[str, tuple[int, str]]], items: list[FindingRec
     steps = "step" if gap == 1 else "steps"
     return (f"{first} moved {gap} {steps} before {en_names}",
             f"{first} 比 {zh_names} 早 {gap} 步出现异常")
+
+
+def changes_before(items: Iterable[FindingRecord], first_step: int) -> list[dict]:
+    """The ``recent_changes`` of the findings made before ``first_step``, once each, oldest first."""
+    seen: dict[str, dict] = {}
+    for f in items:
+        changes = f.evidence.get("recent_changes")
+        for c in changes if isinstance(changes, list) else ():
+            if isinstance(c, Mapping) and _int(c.get("step"), first_step) < first_step:
+                seen.setdefault(repr(sorted(c.items())), dict(c))
+    return sorted(seen.values(), key=lambda c: _int(c.get("step"), 0))
+
+
+def change_context(changes: list[dict]) -> tuple[str, str]:
+    """" (after actor_lr 5e-05 → 0.005 at step 99)" and its Chinese; per parameter the first value
+    before and the last after, with the step (or the steps of a ramp); empty without changes."""
+    spans: dict[str, list] = {}  # name -> [before, after, first step, last step]
+    for c in changes:
+        step = _int(c.get("step"), 0)
+        for name, diff in (c.get("changes") or {}).items():
+            diff = diff if isinstance(diff, Mapping) else {"after": diff}
+            span = spans.setdefault(name, [diff.get("before"), None, step, step])
+            span[1], span[3] = diff.get("after"), step
+    if not spans:
+        return "", ""
+    en, zh = [], []
+    for name, (before, after, first, last) in list(spans.items())[:CONTEXT_PARAMS_MAX]:
+        move = f"{name} {_value(before)} → {_value(after)}"
+        en.append(f"{move} at step {first}" if first == last else f"{move} over steps {first}–{last}")
+        zh.append(f"第 {first} 步 {move}" if first == last else f"第 {first}–{last} 步 {move}")
+    more = len(spans) - CONTEXT_PARAMS_MAX
+    if more > 0:
+        en.append(f"and {more} more")
+        zh.append(f"另有 {more} 项")
+    return f" (after {', '.join(en)})", f"（在{'，'.join(zh)} 之后）"
+
+
+def _value(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "?" if v is None else str(v)
 
 
 def _int(value: object, default: int) -> int:

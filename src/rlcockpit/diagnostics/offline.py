@@ -5,11 +5,16 @@ replays them through :class:`~rlcockpit.diagnostics.engine.Engine` in step order
 :class:`DoctorReport`: the findings the replay raised, their incidents, each detector's status, its
 coverage (steps it read or skipped, and the inputs the run lacks: :mod:`.coverage`), and the
 findings recorded live during the run (if the trainer ran diagnostics).
+
+The run's ``live_params_applied`` events are noted to the engine at their step, after that step's
+observation, as the trainer does (it applies changes in HOTFIX, after DIAGNOSE): findings carry the
+same ``recent_changes`` context offline as live.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,12 +24,13 @@ from rlcockpit.diagnostics.config import DiagnosticsConfig
 from rlcockpit.diagnostics.coverage import CoverageCounter, DetectorCoverage
 from rlcockpit.diagnostics.engine import Engine
 from rlcockpit.diagnostics.incidents import Incident, group
-from rlcockpit.records import FindingRecord, RunInfo, SampleRecord
+from rlcockpit.records import EventRecord, FindingRecord, RunInfo, SampleRecord
 from rlcockpit.store.base import SampleQuery, StoreReader
 
 NAMES_PER_READ = 64
 SAMPLE_PAGE = 2_000
 FAILING = ("red", "black")
+CHANGE_EVENT = "live_params_applied"
 
 
 @dataclass(frozen=True)
@@ -71,8 +77,10 @@ def diagnose_run(reader: StoreReader, run_id: str, config: DiagnosticsConfig | N
     found: list[FindingRecord] = []
     n_samples = 0
     counter = CoverageCounter(engine.detectors)
+    changes = change_events(reader, run_id)
     for i, (step, metrics, samples, wall) in enumerate(steps):
         n_samples += len(samples)
+        note_changes_before(engine, changes, step)
         found.extend(engine.observe(step, metrics, samples, wall))
         counter.count(engine.status, metrics, bool(samples))
         if progress is not None:
@@ -85,6 +93,18 @@ def diagnose_run(reader: StoreReader, run_id: str, config: DiagnosticsConfig | N
         incidents=tuple(group(found)), statuses=dict(engine.status), errors=dict(engine.errors),
         live_findings=tuple(reader.read_findings(run_id)),
         coverage=counter.result(engine.errors))
+
+
+def change_events(reader: StoreReader, run_id: str) -> deque[EventRecord]:
+    """The run's live-parameter changes in step order."""
+    return deque(reader.read_events(run_id, kinds=[CHANGE_EVENT]))
+
+
+def note_changes_before(engine: Engine, changes: deque[EventRecord], step: int) -> None:
+    """Note (and drop from ``changes``) every change recorded at a step before ``step``."""
+    while changes and changes[0].step < step:
+        event = changes.popleft()
+        engine.note_live_params(event.step, event.payload)
 
 
 def _metric_rows(reader: StoreReader, run_id: str

@@ -146,6 +146,17 @@ class Diagnosis:
         self.pending.extend(self.policy.plan(found))
         return found
 
+    def note_change(self, step: int, payload: Mapping[str, Any]) -> None:
+        """A ``live_params_applied`` event's payload, as recorded: context for later findings (the
+        offline replay notes the stored event the same way), never a finding by itself."""
+        if self.engine is None:
+            return
+        try:
+            with self._lock:
+                self.engine.note_live_params(step, payload)
+        except Exception as exc:  # fail soft: context is not worth a training step
+            log.warning("could not note the change at step %d: %s", step, exc, exc_info=True)
+
     def _record(self, f: FindingRecord) -> None:
         self.findings.append(f)
         if f.incident:

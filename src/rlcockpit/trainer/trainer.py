@@ -402,9 +402,10 @@ class Trainer:
             self.c.clip_ctl.base_eps = after.clip_eps
         self.live.set_params(after)
         keys = sorted(item.changes)
-        self.telemetry.event(step, "live_params_applied", {
-            "request_id": item.request_id, "step": step, "reason": item.reason, "requested_by": item.requested_by,
-            "before": {k: getattr(before, k) for k in keys}, "after": {k: getattr(after, k) for k in keys}})
+        payload = {"request_id": item.request_id, "step": step, "reason": item.reason, "requested_by": item.requested_by,
+                   "before": {k: getattr(before, k) for k in keys}, "after": {k: getattr(after, k) for k in keys}}
+        self.telemetry.event(step, "live_params_applied", payload)
+        self.diagnosis.note_change(step, payload)  # context for the findings that follow, not a cause
         item.resolve(step)
 
     def _wait_while_paused(self, step: int) -> None:
