@@ -257,7 +257,7 @@ def test_docs_detector_reference_is_the_generated_text():
                                         "docs/diagnostics.md")
 
 
-def test_every_builtin_detector_is_documented_with_the_five_parts():
+def test_every_builtin_detector_is_documented_with_every_part_scale_assumptions_included():
     text = DOCS.read_text(encoding="utf-8")
     for name, cls in builtin_detectors().items():
         assert f"### `{name}`" in text

@@ -24,6 +24,8 @@ the reference freezes while the condition holds (``rebase_after`` = 30 steps). C
 the healthy tiny-world runs the lowest z was −4.0 (GRPO: about 2 prompts per category per step),
 the lowest Welch z −2.7 (PPO, 8 prompts per category per step) and the lowest trend Z −3.3; the
 ``category_reward_drop`` fault (math −0.25 per step) is seen 3 steps after its onset.
+Scale assumptions: none in reward units — robust z-scores of each category against its own
+history (the scale floored at a fraction of the reward spread) and Welch z of the pooled samples.
 False positives: a category with very few prompts per step (its mean jumps with the draw); a
 deliberate re-weighting of the reward components.
 Fix: look at the falling category's samples (refusals? style over facts?), re-balance the reward

@@ -13,6 +13,9 @@ window median, or the loss is NaN/inf → red (key "divergence"); over-fit when 
 the advantage scale < 20% of their early baselines for 5 steps → yellow (key "overfit"); shift when
 the median gap over 10 steps exceeds 1.5 advantage standard deviations → yellow (key "shift").
 GRPO and other critic-free runs log no value metrics: the detector reports "skipped".
+Scale assumptions: none in loss units — the value loss is judged in log space against its own
+window (robust z and a ratio to the median), over-fitting against the run's early baseline, the
+value shift in units of the advantage spread.
 False positives: the first updates of a fresh critic (warm-up of ``window`` steps); a deliberate
 change of the reward scale (the loss jumps once, then settles — the finding resolves).
 Fix: divergence — print the batch's rewards and returns (data or optimiser?), lower the critic

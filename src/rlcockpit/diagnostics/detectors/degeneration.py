@@ -13,6 +13,10 @@ rate ≥ ``rep_min`` (0.2) and ≥ ``rep_rise`` (0.1) above the reference median
 ``z_rise`` (4; the scale never below ``rep_floor`` = 0.02); "ppl" when log(ppl) ≤ ``ppl_ratio``
 (0.3) × its reference median and the z ≤ −``z_rise``. Both reference windows freeze while the
 condition holds.
+Scale assumptions: the repetition rate is a share of the response (dimensionless) and its rise
+is a robust z against the run's own history; the 0.2 floor was checked on the tiny world only
+(no run of the real-run corpus logs a repetition rate); perplexity in log space, relative to the
+reference window.
 False positives: tasks whose answers legitimately repeat (tables, lists of numbers); a policy
 that became confident because it learned the task — the ppl condition alone, with unchanged
 rewards and diverse samples, is worth a look but rarely a failure.

@@ -10,6 +10,8 @@ Default thresholds: growth when the projected rise over 50 steps exceeds max(10%
 0.05 GB) with p < 0.01 → yellow (key "growth/<metric>"); spike when the value exceeds 1.5× the
 window median (and by ≥ 0.1 GB) → orange (key "spike/<metric>"). Healthy tiny-world runs: RSS
 0.53–0.56 GB, flat.
+Scale assumptions: growth and spikes relative to the metric's own median; the GB floors (0.05,
+0.1) only keep allocator noise out and are small at any device size.
 False positives: caches filling once at the start (allocator warm-up; the window starts after
 ``min_steps``); a deliberate increase of the batch size or max length.
 Fix: look at the response-length distribution first (001 Q21); then memory summaries for kept

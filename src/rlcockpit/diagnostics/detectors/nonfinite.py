@@ -6,6 +6,7 @@ Signal: any logged metric that is NaN or ±inf this step (and the trainer's coun
 rewards and skipped optimizer steps going up).
 Default thresholds: any non-finite loss / gradient / KL → red; a non-finite reward counted and
 dropped by the trainer (``reward/nonfinite_total`` rising) → orange; anything else → orange.
+Scale assumptions: none — NaN and inf are wrong at any scale.
 False positives: metrics that are legitimately undefined (explained variance of a constant batch)
 are logged as NaN by some tools; they are listed in ``ignore``.
 Fix: find the first non-finite metric (the evidence names it), lower the learning rate, check the

@@ -12,6 +12,8 @@ Default thresholds: yellow when a prompt appeared in ≥ ``min_appearances`` (3)
 step-mean |z| was ≥ ``z_extreme`` (3) with the same sign in ≥ ``consistency`` (0.8) of them;
 key "high" or "low". Steps with fewer than ``min_samples`` (8) samples are not judged.
 The evidence lists up to ``max_listed`` (10) prompts with their text, appearances and mean reward.
+Scale assumptions: none in reward units — a prompt's mean reward as a z-score against the
+step's own spread.
 False positives: a genuinely impossible or trivially easy prompt (check whether the answers are
 actually bad / good); with tiny batches every z is noisy (raise ``min_appearances``).
 Fix: read the prompt and its answers; for a high outlier add the prompt and its answers as

@@ -12,6 +12,8 @@ Default thresholds: yellow when the ACF peak ≥ ``acf_min`` (0.4; the ACF's noi
 1/√60 ≈ 0.13), the trough ≤ −``trough`` (0.2), the amplitude ≥ ``amp_ratio`` (0.8) × the
 residual standard deviation, for ``steps`` (3) evaluations in a row with the period within ±1.
 Judged once ``min_steps`` (40) values are in the window.
+Scale assumptions: none — autocorrelation and the fitted amplitude relative to the series' own
+spread.
 False positives: a prompt stream that really cycles by design (curriculum rounds); periodic
 evaluation steps logged into the training reward.
 Fix: look at whether the period matches the data order, the KL controller's horizon or the

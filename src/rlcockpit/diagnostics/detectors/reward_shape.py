@@ -21,6 +21,8 @@ reference median is < 5/9 − ``bc_margin`` (0.15) — binary rewards are bimoda
 never alarm; long tail when skewness ≥ ``tail_skew`` (2) and the tail ratio ≥ ``tail_ratio`` (1)
 for ``tail_steps`` (3) steps in a row; left shift when z ≤ −``z_shift`` (4) and (without samples,
 or) KS p < ``ks_p`` (1e-4) with a lower median or mean.
+Scale assumptions: none in reward units — spread ratios, skewness, the bimodality coefficient
+and robust z-scores against the run's own reference steps.
 False positives: a task switch in the prompt stream (every shape moves with the prompt mix);
 saturation on easy prompts (variance collapse is then correct: nothing is left to learn).
 Fix: inspect the samples at both modes / in the tail (the evidence lists the extreme ones); for

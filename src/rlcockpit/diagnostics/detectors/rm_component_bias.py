@@ -18,6 +18,8 @@ Calibration: on the recorded healthy tiny-world runs the largest |z| was 4.8 and
 p-value 1.5e-5 (GRPO: 8 prompts per step, so the category mix moves the components). The
 rm_component_bias fault run seed 2 (helpfulness −0.5 from step 10; robust sd of the reference 0.12,
 so z only −3.3 to −6) is caught by the KS test at the onset.
+Scale assumptions: none in reward units — robust z-scores per component against its own
+history (the scale floored at a fraction of its spread) and a two-sample KS test.
 False positives: a real skill change that only one component measures (e.g. the policy learns
 the format all at once: ``reward/format/mean`` jumps to 0); check the component's samples.
 Fix: compare the component's scores on the same samples before and after (the evidence gives

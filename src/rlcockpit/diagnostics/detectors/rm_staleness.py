@@ -16,6 +16,8 @@ correlation ≥ ``corr_min`` (0.5) and ≥ ``corr_rise`` (0.3) above the early c
 least ``min_samples`` (50) samples. Yellow for one of the two, orange for both at once. On the
 healthy tiny-world runs the 5-step correlation stayed ≤ 0.37 (tokens and characters); with the
 ``length_reward`` fault (+0.05 per character) it reaches 0.55–0.77 within 3 steps.
+Scale assumptions: none — a relative fall of the reward spread, Mann–Kendall Z and Spearman
+correlations.
 False positives: a task whose good answers really are longer (the early correlation is then
 already high and the rise test stays quiet); a run converging on easy prompts (variance falls
 because the policy is right, not because the reward model is blind). The tiny world's healthy

@@ -33,6 +33,10 @@ fixed or adaptive) stay ≤ 0.4 (≤ 0.08 over their first 25 steps); on the kl_
 the lr_spike run reaches 1–6 too, but with its KL at 25–80× the target: a KL runaway, not a
 penalty that pins the policy (``kl_tiers``).
 No step for 600 s → red (key "heartbeat").
+Scale assumptions: the reward's movement in units of its own spread; the KL's flatness relative
+to its range and to its scale (``_kl.KLScale``: target or per-token comfort level); the 1e-3
+per-sequence floor applies only to runs that log ``kl/mean``; the heartbeat is wall-clock
+seconds (raise ``heartbeat_s`` for slow steps of a big model).
 False positives: a run that has converged (reward at its ceiling: the KL still moves then); an
 operator raising β on purpose to rein in a KL runaway (the finding says what it costs);
 slow steps of a big model (raise ``heartbeat_s``; 0 turns the heartbeat off).
