@@ -1,10 +1,13 @@
 // Alerts: incidents (grouped findings) by severity colour, the first-moving signal in the current
-// language, evidence, linked failure-library entries and the diagnostic snapshots.
+// language, evidence, linked failure-library entries and the diagnostic snapshots. Live-parameter
+// changes noted before a finding (its evidence's recent_changes) are shown as context: "changes
+// before this incident" on the card and "changes before this finding" under each finding — never as
+// the cause, which is the behaviour the finding names.
 import { api } from "../api.js";
 import { lang, pick, t } from "../i18n.js";
 import { globalHref, registerView, runHref } from "../router.js";
 import { clear, fmt, h, severityBadge, withStates } from "../ui.js";
-import { controlAvailable } from "./control_common.js";
+import { controlAvailable, fmtValue } from "./control_common.js";
 
 // The live parameter to look at first for a library pattern (the ticket form preselects it; the
 // tickets page prefers undoing the last live change before the incident when there is one).
@@ -16,11 +19,45 @@ const PATTERN_PARAMS = {
   truncation_rise: "max_new_tokens",
 };
 
+const CONTEXT_KEYS = new Set(["recent_changes"]); // shown as a context line, not as a table row
+
 function evidenceTable(evidence) {
-  const entries = Object.entries(evidence || {}).filter(([k]) => !k.endsWith("_zh") && !k.endsWith("_en"));
+  const entries = Object.entries(evidence || {}).filter(([k]) => !k.endsWith("_zh") && !k.endsWith("_en") && !CONTEXT_KEYS.has(k));
   if (!entries.length) return null;
   return h("table", { class: "kv evidence" }, entries.map(([k, v]) =>
     h("tr", {}, h("th", { text: k }), h("td", { text: typeof v === "object" && v !== null ? JSON.stringify(v) : fmt(v, 4) }))));
+}
+
+// Python's f"{v:.4g}" for floats, so the context line reads like the incident summary ("5e-05").
+function fmtG(v) {
+  if (typeof v !== "number" || Number.isInteger(v) || !Number.isFinite(v)) return fmtValue(v);
+  const exp = Math.floor(Math.log10(Math.abs(v)));
+  if (exp >= -4 && exp < 4) return String(Number(v.toPrecision(4)));
+  return v.toExponential(3).replace(/\.?0+e/, "e").replace(/e([+-])(\d)$/, "e$10$2");
+}
+
+// One recent change: "actor_lr 5e-05 → 0.005 at step 99, by fault-injector".
+function changeText(c) {
+  const moves = Object.entries(c.changes || {}).map(([k, d]) => `${k} ${fmtG(d && d.before)} → ${fmtG(d && d.after)}`);
+  return t("alerts.change_at", { change: moves.join(", "), step: c.step, by: c.by || "?" });
+}
+
+function changesLine(changes, labelKey, cls) {
+  if (!Array.isArray(changes) || !changes.length) return null;
+  return h("div", { class: `changes-context ${cls}`, title: t("alerts.changes_help") },
+    h("span", { class: "muted", text: `${t(labelKey)}: ` }),
+    changes.map((c, i) => [i ? "; " : "", h("span", { class: "change", dataset: { step: String(c.step) }, text: changeText(c) })]));
+}
+
+// The changes noted before the incident's first finding, once each, oldest first (what the summary names).
+function changesBefore(inc) {
+  const seen = new Map();
+  for (const f of inc.findings || []) {
+    for (const c of (f.evidence && f.evidence.recent_changes) || []) {
+      if (c.step < inc.first_step) seen.set(JSON.stringify(c), c);
+    }
+  }
+  return [...seen.values()].sort((a, b) => a.step - b.step);
 }
 
 function findingItem(f) {
@@ -29,6 +66,7 @@ function findingItem(f) {
     h("div", {}, severityBadge(f.severity), " ", h("b", { text: f.detector }), ` · ${t("axis.step")} ${f.step} · `,
       h("span", { class: "muted", text: t(`finding_status.${f.status}`) })),
     h("div", { class: "finding-msg", text: msg }),
+    changesLine(f.evidence && f.evidence.recent_changes, "alerts.finding_changes", "finding-changes"),
     evidenceTable(f.evidence));
 }
 
@@ -65,6 +103,7 @@ function incidentCard(runId, inc, canControl) {
       h("b", { class: "incident-summary", text: ` ${pick(inc, "summary")}` }),
       h("span", { class: "muted", text: ` · ${t("alerts.steps", { from: inc.first_step, to: inc.last_step })} · ${inc.resolved ? t("alerts.resolved") : t("alerts.open")}` })),
     h("div", { class: "muted", text: `${t("alerts.detectors")}: ${(inc.detectors || []).join(" → ") || "—"}` }),
+    changesLine(changesBefore(inc), "alerts.changes_before", "incident-changes"),
     libraryLinks(inc.patterns),
     snapshotLinks(runId, inc.snapshots),
     canControl ? h("div", { class: "request-links" }, requestButton(runId, inc)) : null,

@@ -1,7 +1,10 @@
 // Live parameters on the dashboard (current values with their history) and applied tickets as
-// vertical annotations on every step chart (charts.annotate, source "control"). It follows the open
-// run through the hash and refreshes every few seconds.
-import { TOKEN_KEY } from "../api.js";
+// vertical annotations on every step chart (charts.annotate, source "control"). Live-parameter
+// changes that came without a ticket (the fault injector, automatic actions, a Python
+// trainer.live.request) are marked too, from the run's live_params_applied events, in their own
+// colour (source "changes"); these need no control plane, so a read-only cockpit shows them as well.
+// It follows the open run through the hash and refreshes every few seconds.
+import { api, TOKEN_KEY } from "../api.js";
 import { annotate } from "../charts.js";
 import { t } from "../i18n.js";
 import { parseHash } from "../router.js";
@@ -9,7 +12,9 @@ import { clear, fmt, h } from "../ui.js";
 import { control, controlAvailable, fmtValue } from "./control_common.js";
 
 const REFRESH_MS = 2000;
-const state = { runId: null, liveVersion: null, marks: "", busy: false, refusedWith: undefined };
+const CHANGE_COLOR = "#0d9488"; // teal: apart from tickets (purple) and commands (slate)
+const CHANGE_EVENTS = 5000; // most recent live_params_applied events read (a ramp changes every step)
+const state = { runId: null, liveVersion: null, marks: "", changeMarks: "", busy: false, refusedWith: undefined };
 
 function marksOf(tickets) {
   return tickets.filter((x) => x.applied_step !== null && x.applied_step !== undefined && !x.rolled_back_by).map((x) => ({
@@ -25,6 +30,25 @@ async function syncAnnotations(runId) {
   const key = JSON.stringify(marks);
   if (key !== state.marks || state.runId !== runId) annotate(runId, marks, "control");
   state.marks = key;
+}
+
+// "actor_lr → 0.005, kl_coef → 0.1": what a change set, in the order of the names.
+export function changeLabel(after) {
+  return Object.keys(after || {}).sort().map((k) => `${k} → ${fmtValue(after[k])}`).join(", ");
+}
+
+// Changes applied through a ticket already have the ticket's mark when the control plane is there.
+function changeMarksOf(events, ticketsMarked) {
+  return events.filter((e) => !(ticketsMarked && String(e.payload.requested_by || "").startsWith("ticket:")))
+    .map((e) => ({ step: e.step, label: changeLabel(e.payload.after), color: CHANGE_COLOR }));
+}
+
+async function syncChangeMarks(runId, ticketsMarked) {
+  const events = (await api.events(runId, { kinds: "live_params_applied", limit: CHANGE_EVENTS })).items;
+  const marks = changeMarksOf(events, ticketsMarked);
+  const key = JSON.stringify(marks);
+  if (key !== state.changeMarks || state.runId !== runId) annotate(runId, marks, "changes");
+  state.changeMarks = key;
 }
 
 function panelNode() {
@@ -86,7 +110,9 @@ async function tick() {
   if (state.refusedWith !== undefined && state.refusedWith === localStorage.getItem(TOKEN_KEY)) return;
   state.busy = true;
   try {
-    if (state.runId !== route.runId) Object.assign(state, { runId: route.runId, liveVersion: null, marks: "" });
+    if (state.runId !== route.runId) Object.assign(state, { runId: route.runId, liveVersion: null, marks: "", changeMarks: "" });
+    await syncChangeMarks(route.runId, canControl);
+    if (!canControl) return;
     await syncAnnotations(route.runId);
     if (route.name === "dashboard") await syncPanel(route.runId);
   } catch (err) {
@@ -97,8 +123,7 @@ async function tick() {
   }
 }
 
-if (await controlAvailable()) {
-  window.addEventListener("hashchange", () => setTimeout(tick, 300));
-  setInterval(tick, REFRESH_MS);
-  setTimeout(tick, 300);
-}
+const canControl = await controlAvailable();
+window.addEventListener("hashchange", () => setTimeout(tick, 300));
+setInterval(tick, REFRESH_MS);
+setTimeout(tick, 300);
