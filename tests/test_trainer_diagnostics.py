@@ -24,7 +24,15 @@ from rlcockpit.diagnostics.config import PolicyConfig, WebhookConfig
 from rlcockpit.diagnostics.notify import Notifier, WebhookNotifier
 from rlcockpit.records import FindingRecord
 from rlcockpit.trainer.trainer import Trainer
-from trainer_testkit import events, make_config, make_model_dir, reader
+from trainer_testkit import events, make_model_dir, reader
+from trainer_testkit import make_config as _make_config
+
+
+def make_config(tmp_path, *overrides, model=None):
+    """The testkit's config with the level checks off: these tests drive the policy's actions with
+    a scripted detector on a randomly initialised model, whose answers all hit the length cap and
+    whose entropy is that of a uniform distribution — which ``levels`` rightly reports (orange)."""
+    return _make_config(tmp_path, "diagnostics.disabled=[levels]", *overrides, model=model)
 
 
 @dataclass(frozen=True)
