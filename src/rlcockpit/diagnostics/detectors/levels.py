@@ -59,10 +59,8 @@ step, red after 3 in a row (a zero gradient with a learning signal does not happ
 each logged step is one optimizer step). ``constant_responses`` orange when the most common
 response is ≥ ``constant_share`` = 0.9 of the step's samples. The recorded healthy tiny-world
 runs (4 × 120 steps) stay far from every level: truncated ≤ 6 %, entropy ≥ 0.057 nats,
-``reward/frac_zero_std_groups`` ≤ 0.875 (8 groups), the most common response ≤ 28 % of a step.
-Scale assumptions: none beyond the units above — fractions of the batch, fractions of the
-configured cap and of log(V), exact zeros, and nats for "near zero" entropy (a deterministic
-policy has 0 nats at any vocabulary size). The steps of a check are consecutive logged steps.
+``reward/frac_zero_std_groups`` ≤ 0.875 (8 groups), the most common response ≤ 28 % of a step;
+200-step runs of examples/ppo_tiny.yaml and grpo_tiny.yaml give no levels finding.
 Real runs (../shared/real_runs/, each imported with ``rlcockpit import`` and replayed by
 ``rlcockpit doctor``; levels findings raised): 001 (failure at 160) truncation yellow @15; 002
 (healthy) truncation yellow @40; 003 (failure at 150) truncation yellow @155, no_signal yellow
@@ -72,6 +70,9 @@ orange @32; 017 no_signal yellow @240; 021 (failure: no update) no_update orange
 truncation yellow @15; none on 004, 009 (healthy), 006-008, 010, 012-015, 018-020 (019 and 020:
 the NaN is nonfinite's, red at once), 023, 025; 022 does not import (no step field). So no
 healthy-labelled run gets an orange, red or black levels finding.
+Scale assumptions: none beyond the units above — fractions of the batch, fractions of the
+configured cap and of log(V), exact zeros, and nats for "near zero" entropy (a deterministic
+policy has 0 nats at any vocabulary size). The steps of a check are consecutive logged steps.
 
 False positives: a deliberately low cap on a task with long answers (``truncation``: yellow, by
 design); a very small GRPO batch whose groups often agree by chance (``no_signal``: yellow until
