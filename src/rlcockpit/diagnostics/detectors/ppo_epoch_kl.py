@@ -4,16 +4,19 @@ Failure mode: training many epochs on one batch over-fits that old data and push
 off-policy; the KL climbs within every cycle in a saw-tooth (001 Q23).
 Signal: ``policy/approx_kl`` (KL between the rollout policy and the updated policy after all
 epochs, per token) and ``kl/cycle_delta`` (growth of ``kl/mean`` from one cycle to the next),
-the latter as the mean over ``window`` cycles (the net KL growth per cycle; single deltas are
+the latter as the median over ``window`` cycles (the typical KL growth per cycle; single deltas are
 noisy) relative to the KL target (``kl/target`` or the config's ``target``).
 Default thresholds: approx KL > 0.02 per token (001 Q23: "ΔKL < 0.02"; also the usual PPO
-``target_kl``) for ``steps`` (2) consecutive steps → orange (key "approx_kl"); mean cycle delta
+``target_kl``) for ``steps`` (2) consecutive steps → orange (key "approx_kl"); median cycle delta
 over 10 cycles > 0.25 × target → orange (key "cycle_delta").
 Scale assumptions: approx KL is per token (old vs new policy: any model size); the cycle growth
 is per sequence, relative to the target (rlcockpit's trainer logs ``kl/target``; without one the
 cycle check is not judged).
 Measured on healthy tiny-world runs (3 runs × 120 steps): approx KL at most 6e-4 (PPO) / 6e-3
 (GRPO); single cycle deltas swing ±0.5–1.8 nats per sequence, their 10-cycle mean at most 0.12.
+The cycle growth is the *median* of the last 10 deltas: their mean telescopes to (KL now − KL 10
+steps ago) / 10, and one KL spike of a healthy adaptive-KL GRPO run (calibration seed 0, step
+187: 0.4 → 5.1 → 1.3) made it 0.42.
 False positives: a learning rate far too high moves the policy as much within one cycle (the
 message names both causes; ``update_ratio`` and ``gradients`` tell them apart); a KL target set
 far below the KL the task needs.
@@ -38,9 +41,9 @@ class PPOEpochKLConfig(Config):
     approx_kl_max: float = option(0.02, help="Orange when policy/approx_kl exceeds this ...",
                                   range=(1e-9, 1e6))
     steps: int = option(2, help="... for this many consecutive steps.", range=(1, 1000))
-    cycle_ratio: float = option(0.25, help="Orange when the mean kl/cycle_delta exceeds this × "
+    cycle_ratio: float = option(0.25, help="Orange when the median kl/cycle_delta exceeds this × "
                                 "the KL target.", range=(1e-9, 1e6))
-    window: int = option(10, help="Cycles whose mean kl/cycle_delta is judged.", range=(1, 1000))
+    window: int = option(10, help="Cycles whose median kl/cycle_delta is judged.", range=(1, 1000))
     target: float = option(0.0, help="KL target (nats per sequence) when kl/target is not logged "
                            "(0 = none: the cycle check needs a target).",
                            range=(0.0, 1e6))
@@ -91,13 +94,15 @@ class PPOEpochKL(Detector):
         target = view.finite("kl/target") or cfg.target
         if not target:
             return None  # a per-sequence growth means nothing without the run's KL scale
-        mean = float(np.mean(self._deltas.values))
+        # the median, not the mean: the mean of consecutive differences telescopes to
+        # (KL now - KL 10 steps ago) / 10, so one noisy KL spike alone would fire it
+        mean = float(np.median(self._deltas.values))
         if mean <= cfg.cycle_ratio * target:
             return None
         evidence = {"cycle_delta_mean": mean, "threshold": cfg.cycle_ratio * target,
                     "target": target, "window": cfg.window, "epochs": view.finite("ppo/epochs"),
                     "signal": "PPO-cycle KL", "onset_step": self._first_big(cfg.cycle_ratio * target)}
-        return Condition("orange", f"KL grows {mean:.3g} per cycle (mean of {cfg.window}), "
+        return Condition("orange", f"KL grows {mean:.3g} per cycle (median of {cfg.window}), "
                          f"above {cfg.cycle_ratio:g}× target {target:g}: too many PPO epochs (or a "
                          "learning rate too high)",
                          evidence, key="cycle_delta",
