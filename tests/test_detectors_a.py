@@ -327,10 +327,11 @@ def test_ppo_epoch_kl_orange_on_approx_kl_and_on_cycle_growth():
     step, cond = first(make("ppo_epoch_kl"), rows, "orange", "approx_kl")
     assert step == 6 and cond.evidence["epochs"] == 8
     rows = [{"kl/cycle_delta": v, "kl/target": 1.0} for v in noisy(0.4, 15, 0.3)]
-    assert first(make("ppo_epoch_kl"), rows, "orange", "cycle_delta")[0] == 9
+    assert first(make("ppo_epoch_kl", cycle_ratio=0.25), rows, "orange", "cycle_delta")[0] == 9
+    assert [c for c in fired(make("ppo_epoch_kl"), rows) if c.key == "cycle_delta"] == []  # off
     # growth per cycle in nats per sequence means nothing without the run's target
-    assert fired(make("ppo_epoch_kl"), [{k: v for k, v in r.items() if k != "kl/target"}
-                                        for r in rows]) == []
+    assert fired(make("ppo_epoch_kl", cycle_ratio=0.25),
+                 [{k: v for k, v in r.items() if k != "kl/target"} for r in rows]) == []
 
 
 def test_ppo_epoch_kl_quiet_on_noisy_deltas_around_zero():
