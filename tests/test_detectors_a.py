@@ -334,6 +334,19 @@ def test_ppo_epoch_kl_orange_on_approx_kl_and_on_cycle_growth():
                  [{k: v for k, v in r.items() if k != "kl/target"} for r in rows]) == []
 
 
+def test_ppo_epoch_kl_approx_jump_is_relative_to_the_runs_own_level():
+    rng = np.random.default_rng(4)
+    calm = [{"policy/approx_kl": float(2e-4 * np.exp(rng.normal(0, 0.4)))} for _ in range(30)]
+    assert fired(make("ppo_epoch_kl"), calm) == []
+    more_epochs = calm + [{"policy/approx_kl": 7e-3, "ppo/epochs": 6}] * 3  # x35, under 0.02
+    step, cond = first(make("ppo_epoch_kl"), more_epochs, "orange", "approx_jump")
+    assert step == 31 and cond.evidence["ratio"] > 8 and cond.evidence["onset_step"] == 30
+    # single GRPO steps swing x30 around 1e-3: the 3-step median keeps them quiet
+    grpo = [{"policy/approx_kl": float(v)} for v in
+            np.where(rng.random(80) < 0.05, 9e-3, 1e-3 * np.exp(rng.normal(0, 0.5, 80)))]
+    assert [c for c in fired(make("ppo_epoch_kl"), grpo) if c.key == "approx_jump"] == []
+
+
 def test_ppo_epoch_kl_quiet_on_noisy_deltas_around_zero():
     kl = noisy(0.5, 61, 0.5)  # the trainer's delta is kl/mean[t] − kl/mean[t−1]
     rows = [{"kl/cycle_delta": b - a, "policy/approx_kl": 3e-4} for a, b in
@@ -596,8 +609,10 @@ def test_reference_synced_run_is_caught_by_kl_zero_alone_at_the_onset(run_name):
 
 def test_entropy_collapse_run_is_red_two_steps_after_the_temperature_drop():
     raised = _observe("fault_entropy_collapse_s0")
-    assert [(f.detector, f.step, f.severity) for f in raised] == [("entropy", 12, "red")]
+    assert [(f.detector, f.step, f.severity) for f in raised][0] == ("entropy", 12, "red")
     assert raised[0].evidence["onset_step"] == 10
+    # later, sampling at temperature 0.3 makes each update move the policy 8x further (approx KL)
+    assert {(f.detector, f.evidence["key"]) for f in raised[1:]} <= {("ppo_epoch_kl", "approx_jump")}
 
 
 def test_critic_lr_spike_run_names_the_update_ratio_then_value_loss_and_grad_norm():

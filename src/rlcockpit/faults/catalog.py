@@ -75,7 +75,7 @@ FAULTS: tuple[Fault, ...] = (
           drives="reward/std"),
     Fault("ref_synced_to_actor", "reference weights copied from the actor from the onset on, before every "
           "step (a 'reference refresh' that follows the actor: KL to the reference becomes ~0)",
-          expected=("kl_zero",),
+          expected=("kl_zero", "levels"),
           how="step hook before every step from the onset: reference.load_state_dict(actor.state_dict())",
           action=_sync_reference, repeat=True, shapes=("step",),
           mild={"repeat": False, "how": "step hook before the onset step only: one reference refresh"},

@@ -9,6 +9,11 @@ noisy) relative to the KL target (``kl/target`` or the config's ``target``).
 Default thresholds: approx KL > 0.02 per token (001 Q23: "ΔKL < 0.02"; also the usual PPO
 ``target_kl``) for ``steps`` (2) consecutive steps → orange (key "approx_kl"); median cycle delta
 over 10 cycles > 0.25 × target → orange (key "cycle_delta").
+Key "approx_jump": the median approx KL of the last 3 steps ≥ 8× its median over the 20 steps
+before (at least 10 known) → orange — relative to the run's own level, which depends on the
+model, the learning rate and the epochs (tiny PPO: 2e-4; tiny GRPO: 1e-3 with single steps up to
+9e-3, so a 3-step median is used). Calibration seed 0: 6 PPO epochs instead of 2 from step 121
+move it 2e-4 → 7e-3 (×35) while the 0.02 bound is never reached; a learning rate ×3 moves it ≈ ×9.
 Scale assumptions: approx KL is per token (old vs new policy: any model size); the cycle growth
 is per sequence, relative to the target (rlcockpit's trainer logs ``kl/target``; without one the
 cycle check is not judged).
@@ -37,6 +42,7 @@ import numpy as np
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._reward_stats import Lagged
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Streak, Window
 
@@ -50,6 +56,13 @@ class PPOEpochKLConfig(Config):
                                 "the KL target (0 = off, the default; 0.25 was the old default).",
                                 range=(0.0, 1e6))
     window: int = option(10, help="Cycles whose median kl/cycle_delta is judged.", range=(1, 1000))
+    jump_ratio: float = option(8.0, help="Orange when the median approx KL of the last "
+                               "`jump_recent` steps is this × its median before ...",
+                               range=(1.0, 1e9))
+    jump_recent: int = option(3, help="... (steps taken as the current level) ...", range=(1, 100))
+    jump_history: int = option(20, help="... over this many steps before them ...",
+                               range=(3, 100000))
+    jump_min_history: int = option(10, help="... once that many are known.", range=(3, 100000))
     rising_share: float = option(0.7, help="... and at least this share of them must be positive "
                                  "(the KL grows cycle after cycle, not a noisy KL swinging).",
                                  range=(0.0, 1.0))
@@ -71,13 +84,36 @@ class PPOEpochKL(Detector):
         super().__init__(config)
         self._approx = Streak()
         self._deltas = Window(self.config.window)
+        self._recent = Lagged(self.config.jump_history, self.config.jump_recent)
 
     def update(self, view: StepView) -> list[Condition] | object:
         approx, delta = view.get("policy/approx_kl"), view.get("kl/cycle_delta")
         if approx is None and delta is None:
             return SKIPPED
-        found = [self._approx_kl(view), self._cycle(view)]
+        found = [self._approx_kl(view), self._jump(view), self._cycle(view)]
         return [c for c in found if c is not None]
+
+    def _jump(self, view: StepView) -> Condition | None:
+        """approx KL per update far above its own recent level (key "approx_jump")."""
+        cfg = self.config
+        lagged = self._recent
+        lagged.push(view.finite("policy/approx_kl"), view.step)
+        if not lagged.ready(cfg.jump_min_history) or lagged.median <= 0:
+            return None
+        now = float(np.median(lagged.recent))
+        ratio = now / lagged.median
+        lagged.frozen = ratio >= cfg.jump_ratio  # the level before the jump stays the reference
+        if ratio < cfg.jump_ratio:
+            return None
+        evidence = {"approx_kl": now, "reference": lagged.median, "ratio": ratio,
+                    "threshold": cfg.jump_ratio, "epochs": view.finite("ppo/epochs"),
+                    "signal": "PPO-cycle KL",
+                    "onset_step": lagged.onset(lambda v: v >= cfg.jump_ratio * lagged.median)}
+        return Condition("orange", f"the policy moves {ratio:.0f}× further per update than before "
+                         f"(approx KL {now:.2g} vs {lagged.median:.2g}): too many PPO epochs, or a "
+                         "learning rate too high", evidence, key="approx_jump",
+                         message_zh=f"每次更新策略移动的幅度为此前的 {ratio:.0f} 倍（近似 KL "
+                                    f"{now:.2g}，此前 {lagged.median:.2g}）：PPO epoch 过多或学习率过高")
 
     def _approx_kl(self, view: StepView) -> Condition | None:
         cfg = self.config

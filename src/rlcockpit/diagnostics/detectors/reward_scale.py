@@ -7,7 +7,9 @@ up, the embedding gradients explode a few steps later.
 Signal: the spread of the step's rewards (``reward/std``) and their magnitude
 (max(|``reward/min``|, |``reward/max``|)) against the median of the last ``window`` steps before
 the change; ``reward/raw/mean`` tells whether the reward model's own scores moved (evidence only).
-Default thresholds: red when ``reward/std`` is ≥ ``factor`` (5)× its reference median, or when the
+Default thresholds: red when ``reward/std`` is ≥ ``factor`` (3; 5 before the calibration round of
+the new benchmark, where a reward scaled ×3 moved the spread 4.5× and was missed)× its reference
+median, or when the
 reward magnitude is ≥ ``factor``× its reference and ``reward/std`` ≥ ``factor`` / 2× its
 reference; after ``warmup`` (8) steps. The reference is frozen while the condition holds (the new
 scale does not become "normal"), and rebuilt after ``rebase_after`` (30) steps of a lasting change.
@@ -37,7 +39,7 @@ from rlcockpit.diagnostics.registry import register
 
 @dataclass(frozen=True)
 class RewardScaleConfig(Config):
-    factor: float = option(5.0, help="Red when reward/std is at least this many times its "
+    factor: float = option(3.0, help="Red when reward/std is at least this many times its "
                            "reference median (000 §4.3 saw ×20).", range=(1.5, 1e6))
     window: int = option(20, help="Reference window (steps before the current one).",
                          range=(3, 10_000))
