@@ -415,7 +415,9 @@ def run_stabilityguard(head: dict[str, Any], rows: list[Row]) -> list[Alert]:
     alerts: list[Alert] = []
     collapsed = False
     for row in rows:
-        rewards = sample_rewards(row)
+        # finite rewards only: its histogram entropy raises on NaN (the nan_reward fault's samples;
+        # the trainer leaves them out of the update too)
+        rewards = [r for r in sample_rewards(row) if math.isfinite(r)]
         if len(rewards) < 2:
             continue  # variance of fewer than 2 rewards is undefined
         now = detector.detect_collapse(torch.tensor(rewards, dtype=torch.float32))
