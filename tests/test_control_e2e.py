@@ -112,6 +112,9 @@ def test_ticket_applied_at_a_boundary_measured_and_audited(cockpit):
     proc = cockpit.train("train.steps=60")
     try:
         run_id = cockpit.run_id(proc)
+        # a step logged first, so that the boundary the ticket lands on has steps before it (on a
+        # fast machine a ticket approved at once lands on the boundary before step 1)
+        wait(lambda: series(cockpit.uri, run_id, ["kl/coef"]).get("kl/coef"), proc, 120, "the first step")
         tid = cockpit.request_and_approve(run_id)
         wait(lambda: cockpit.ticket(tid)["status"] == "evaluated", proc, 120, "the ticket to be evaluated")
         stop = cockpit.http.post(f"/api/runs/{run_id}/commands", headers=cockpit.headers("olga"),
