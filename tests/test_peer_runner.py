@@ -113,10 +113,11 @@ def test_load_stream_rejects_a_file_without_a_head(tmp_path):
     assert pr.load_stream(good)[1] == [_row()]
 
 
-def test_a_missing_peer_is_reported_not_hidden(tmp_path):
+def test_a_missing_peer_is_reported_not_hidden(tmp_path, monkeypatch):
     stream = tmp_path / "s.jsonl"
     stream.write_text("\n".join(json.dumps(x) for x in [{"run": "r", "onset": None, "algo": "ppo"}, _row()]) + "\n")
-    out = pr.run_all([stream], ["trainpulse"]) if importlib.util.find_spec("trainpulse") is None else None
-    if out is None:
-        pytest.skip("trainpulse is installed in this interpreter")
-    assert out == {"trainpulse": {"error": f"trainpulse is not installed in {sys.executable}"}}
+    # a peer whose distribution is installed nowhere (the real peers may be installed here or not)
+    _, fn, driven, mapping = pr.PEERS["trainpulse"]
+    monkeypatch.setitem(pr.PEERS, "trainpulse", ("rlcockpit-no-such-peer", fn, driven, mapping))
+    out = pr.run_all([stream], ["trainpulse"])
+    assert out == {"trainpulse": {"error": f"rlcockpit-no-such-peer is not installed in {sys.executable}"}}
