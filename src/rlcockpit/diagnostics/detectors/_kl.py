@@ -40,26 +40,27 @@ TOKEN_FLOOR = 0.05  # nats per token: the upper end of the seeds' comfort zone (
 STARTED = 1e-6  # nats per token: the KL has left zero (actor != reference)
 
 
+def _kl_and_length(view: StepView) -> tuple[float | None, float | None, float | None]:
+    """(``kl/mean``, ``kl/token_mean``, a positive ``response/length_mean``), each None if absent."""
+    length = view.finite("response/length_mean")
+    return view.finite("kl/mean"), view.finite("kl/token_mean"), \
+        length if length is not None and length > 0 else None
+
+
 def per_token(view: StepView) -> float | None:
     """The batch-mean KL per token: ``kl/token_mean`` or ``kl/mean`` / ``response/length_mean``."""
-    token = view.finite("kl/token_mean")
+    seq, token, length = _kl_and_length(view)
     if token is not None:
         return token
-    seq, length = view.finite("kl/mean"), view.finite("response/length_mean")
-    if seq is not None and length is not None and length > 0:
-        return seq / length
-    return None
+    return seq / length if seq is not None and length is not None else None
 
 
 def per_sequence(view: StepView) -> float | None:
     """``kl/mean``, or ``kl/token_mean`` × ``response/length_mean`` when only that is logged."""
-    seq = view.finite("kl/mean")
+    seq, token, length = _kl_and_length(view)
     if seq is not None:
         return seq
-    token, length = view.finite("kl/token_mean"), view.finite("response/length_mean")
-    if token is not None and length is not None and length > 0:
-        return token * length
-    return None
+    return token * length if token is not None and length is not None else None
 
 
 def has_kl(view: StepView) -> bool:
