@@ -129,6 +129,7 @@ class Trainer:
         actor_dir = self.resume_from / "actor" if self.resume_from else None
         self.c = build_components(self.cfg, actor_dir)
         self.updater = Updater(self.c.actor, self.c.critic, self.cfg)
+        self.entropy_uniform = sm.entropy_uniform(self.c.actor)  # log V: fixed for the run
         self.rollout_gen = torch.Generator().manual_seed(self.cfg.seed)
         self.token_text = TokenText(self.c.tokenizer)
         self.evaluator = Evaluator(self.c.eval_items, self.cfg.eval, self.c.tokenizer, self.c.reward_fn,
@@ -326,7 +327,7 @@ class Trainer:
                    **sm.response_metrics(state), **sm.advantage_metrics(state), **sm.value_metrics(state), **stats}
         metrics["reward/nonfinite_total"] = float(self.nonfinite_total)
         metrics["update/skipped_total"] = float(self.updater.skipped_total)
-        metrics["policy/entropy_uniform"] = sm.entropy_uniform(c.actor)
+        metrics["policy/entropy_uniform"] = self.entropy_uniform
         if self.cfg.algo == "grpo":
             metrics["reward/frac_zero_std_groups"] = state.zero_std_groups / self.cfg.rollout.batch_size
         if math.isfinite(self.prev_kl_mean):  # no previous step, no cycle delta
