@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rlcockpit.diagnostics import SKIPPED, StepView
+from rlcockpit.diagnostics import SKIPPED, DiagnosticsConfig, StepView, registry
 
 
 def feed(det, steps):
@@ -37,3 +37,9 @@ def first(det, steps, severity=None, key=None):
 def conditions(det, steps):
     """Every condition reported over the steps, in order."""
     return [c for _, conds in feed(det, steps) if conds is not SKIPPED for c in conds]
+
+
+def only(*names: str, **kwargs) -> DiagnosticsConfig:
+    """A config running just ``names`` (fresh engines stay independent of other detectors)."""
+    return DiagnosticsConfig(disabled=tuple(n for n in registry.available() if n not in names),
+                             **kwargs)

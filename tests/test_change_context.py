@@ -9,24 +9,19 @@ from typing import Any
 
 import pytest
 
+from detector_kit import only
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics import (
     Condition,
     Detector,
-    DiagnosticsConfig,
     Engine,
     group,
     register,
-    registry,
 )
 from rlcockpit.diagnostics.offline import diagnose_run
 from trainer_testkit import events, make_config, make_model_dir, reader
 
 LR_CHANGE = {"step": 99, "by": "fault-injector", "changes": {"actor_lr": {"before": 5e-05, "after": 0.005}}}
-
-
-def only(*names: str, **kwargs: Any) -> DiagnosticsConfig:
-    return DiagnosticsConfig(disabled=tuple(n for n in registry.available() if n not in names), **kwargs)
 
 
 def kl_rows(engine: Engine, rows: list[float], start: int) -> list:

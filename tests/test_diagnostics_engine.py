@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from detector_kit import only
 from rlcockpit.diagnostics import (
     SKIPPED,
     Condition,
@@ -24,12 +25,6 @@ from rlcockpit.diagnostics.reference import PARTS, builtin_detectors, docstring_
 from rlcockpit.errors import ConfigError
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "diagnostics.md"
-
-
-def only(*names: str, **kwargs) -> DiagnosticsConfig:
-    """A config running just ``names`` (fresh engines stay independent of other detectors)."""
-    return DiagnosticsConfig(disabled=tuple(n for n in registry.available() if n not in names),
-                             **kwargs)
 
 
 def feed(engine: Engine, rows, start: int = 0, kl_target: float | None = 1.0):
