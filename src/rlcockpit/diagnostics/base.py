@@ -31,6 +31,15 @@ def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity) if severity in SEVERITIES else -1
 
 
+def int_or(value: object, default: int) -> int:
+    """``int(value)``, or ``default`` when it is missing or not a number (evidence read back from
+    a store may hold anything)."""
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return default
+
+
 @dataclass(frozen=True)
 class StepView:
     """One step as a detector sees it: catalog metrics (NaN kept), the step's samples, wall time."""

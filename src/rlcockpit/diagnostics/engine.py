@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView, severity_rank
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView, int_or, severity_rank
 from rlcockpit.diagnostics.config import DiagnosticsConfig
 from rlcockpit.records import FindingRecord, SampleRecord
 
@@ -233,7 +233,7 @@ class Engine:
         if cond.message_zh:
             evidence.setdefault("message_zh", cond.message_zh)
         evidence.setdefault("family", det.family)
-        changes = self.recent_changes(step, _onset(evidence.get("onset_step"), step))
+        changes = self.recent_changes(step, int_or(evidence.get("onset_step"), step))
         if changes:  # context for whoever reads the finding, never its cause
             evidence["recent_changes"] = changes
         return FindingRecord(step=step, detector=det.name, severity=cond.severity,
@@ -263,13 +263,6 @@ def unchanged(evidence: Mapping[str, Any]) -> bool:
                 and f"{float(now):.3g}" == f"{float(before):.3g}":
             return True
     return False
-
-
-def _onset(value: Any, default: int) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
 
 
 def _as_list(result: Any) -> list[Condition]:

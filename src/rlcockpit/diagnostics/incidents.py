@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rlcockpit.diagnostics.base import severity_rank
+from rlcockpit.diagnostics.base import int_or, severity_rank
 from rlcockpit.records import FindingRecord
 
 CONTEXT_PARAMS_MAX = 3  # parameters a summary names; the rest are counted
@@ -48,7 +48,7 @@ def _incident(key: str, items: list[FindingRecord]) -> Incident:
         open_keys[ident] = f.status != "resolved"
         if f.status == "resolved":
             continue
-        onset = _int(f.evidence.get("onset_step"), f.step)
+        onset = int_or(f.evidence.get("onset_step"), f.step)
         signal = str(f.evidence.get("signal") or f.detector)
         if f.detector not in onsets or onset < onsets[f.detector][0]:
             onsets[f.detector] = (onset, signal)
@@ -92,9 +92,9 @@ def changes_before(items: Iterable[FindingRecord], first_step: int) -> list[dict
     for f in items:
         changes = f.evidence.get("recent_changes")
         for c in changes if isinstance(changes, list) else ():
-            if isinstance(c, Mapping) and _int(c.get("step"), first_step) < first_step:
+            if isinstance(c, Mapping) and int_or(c.get("step"), first_step) < first_step:
                 seen.setdefault(repr(sorted(c.items())), dict(c))
-    return sorted(seen.values(), key=lambda c: _int(c.get("step"), 0))
+    return sorted(seen.values(), key=lambda c: int_or(c.get("step"), 0))
 
 
 def change_context(changes: list[dict]) -> tuple[str, str]:
@@ -102,7 +102,7 @@ def change_context(changes: list[dict]) -> tuple[str, str]:
     before and the last after, with the step (or the steps of a ramp); empty without changes."""
     spans: dict[str, list] = {}  # name -> [before, after, first step, last step]
     for c in changes:
-        step = _int(c.get("step"), 0)
+        step = int_or(c.get("step"), 0)
         for name, diff in (c.get("changes") or {}).items():
             diff = diff if isinstance(diff, Mapping) else {"after": diff}
             span = spans.setdefault(name, [diff.get("before"), None, step, step])
@@ -127,8 +127,3 @@ def _value(v: object) -> str:
     return "?" if v is None else str(v)
 
 
-def _int(value: object, default: int) -> int:
-    try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return default
