@@ -341,6 +341,9 @@ def test_ppo_epoch_kl_approx_jump_is_relative_to_the_runs_own_level():
     more_epochs = calm + [{"policy/approx_kl": 7e-3, "ppo/epochs": 6}] * 3  # x35, under 0.02
     step, cond = first(make("ppo_epoch_kl"), more_epochs, "orange", "approx_jump")
     assert step == 31 and cond.evidence["ratio"] > 8 and cond.evidence["onset_step"] == 30
+    # a signed k1 estimate around 0 (verl's actor/ppo_kl): its swings are its noise, not jumps
+    signed = [{"policy/approx_kl": float(v)} for v in rng.normal(3e-6, 4e-5, 120)]
+    assert [c for c in fired(make("ppo_epoch_kl"), signed) if c.key == "approx_jump"] == []
     # single GRPO steps swing x30 around 1e-3: the 3-step median keeps them quiet
     grpo = [{"policy/approx_kl": float(v)} for v in
             np.where(rng.random(80) < 0.05, 9e-3, 1e-3 * np.exp(rng.normal(0, 0.5, 80)))]

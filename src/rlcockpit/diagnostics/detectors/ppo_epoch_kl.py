@@ -9,8 +9,9 @@ noisy) relative to the KL target (``kl/target`` or the config's ``target``).
 Default thresholds: approx KL > 0.02 per token (001 Q23: "ΔKL < 0.02"; also the usual PPO
 ``target_kl``) for ``steps`` (2) consecutive steps → orange (key "approx_kl"); median cycle delta
 over 10 cycles > 0.25 × target → orange (key "cycle_delta").
-Key "approx_jump": the median approx KL of the last 3 steps ≥ 8× its median over the 20 steps
-before (at least 10 known) → orange — relative to the run's own level, which depends on the
+Key "approx_jump": the median approx KL of the last 3 steps ≥ 8× its level over the 20 steps
+before (at least 10 known: their median, or their noise 1.4826 × MAD when larger — verl logs a
+signed k1 estimate whose median is ~2e-6 and swings reach 1e-4, real runs 012/023) → orange — relative to the run's own level, which depends on the
 model, the learning rate and the epochs (tiny PPO: 2e-4; tiny GRPO: 1e-3 with single steps up to
 9e-3, so a 3-step median is used). Calibration seed 0: 6 PPO epochs instead of 2 from step 121
 move it 2e-4 → 7e-3 (×35) while the 0.02 bound is never reached; a learning rate ×3 moves it ≈ ×9.
@@ -98,22 +99,27 @@ class PPOEpochKL(Detector):
         cfg = self.config
         lagged = self._recent
         lagged.push(view.finite("policy/approx_kl"), view.step)
-        if not lagged.ready(cfg.jump_min_history) or lagged.median <= 0:
+        if not lagged.ready(cfg.jump_min_history):
+            return None
+        # the level is the median or, for a signed k1 estimate swinging around 0 (verl's
+        # actor/ppo_kl: median 2e-6, swings of 1e-4), its noise: a swing is not a jump
+        level = max(lagged.median, lagged.scale(0.0))
+        if level <= 0:
             return None
         now = float(np.median(lagged.recent))
-        ratio = now / lagged.median
+        ratio = now / level
         lagged.frozen = ratio >= cfg.jump_ratio  # the level before the jump stays the reference
         if ratio < cfg.jump_ratio:
             return None
-        evidence = {"approx_kl": now, "reference": lagged.median, "ratio": ratio,
+        evidence = {"approx_kl": now, "reference": level, "ratio": ratio,
                     "threshold": cfg.jump_ratio, "epochs": view.finite("ppo/epochs"),
                     "signal": "PPO-cycle KL",
-                    "onset_step": lagged.onset(lambda v: v >= cfg.jump_ratio * lagged.median)}
+                    "onset_step": lagged.onset(lambda v: v >= cfg.jump_ratio * level)}
         return Condition("orange", f"the policy moves {ratio:.0f}× further per update than before "
-                         f"(approx KL {now:.2g} vs {lagged.median:.2g}): too many PPO epochs, or a "
+                         f"(approx KL {now:.2g} vs {level:.2g}): too many PPO epochs, or a "
                          "learning rate too high", evidence, key="approx_jump",
                          message_zh=f"每次更新策略移动的幅度为此前的 {ratio:.0f} 倍（近似 KL "
-                                    f"{now:.2g}，此前 {lagged.median:.2g}）：PPO epoch 过多或学习率过高")
+                                    f"{now:.2g}，此前 {level:.2g}）：PPO epoch 过多或学习率过高")
 
     def _approx_kl(self, view: StepView) -> Condition | None:
         cfg = self.config
