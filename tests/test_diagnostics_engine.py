@@ -276,3 +276,11 @@ def test_a_condition_whose_before_and_after_are_equal_is_never_raised():
     findings = feed(engine, [{"x": 1.0}] * 7)
     assert [(f.step, f.status) for f in findings] == [(5, "raised")]
     assert findings[0].evidence["mean_now"] == 0.2
+
+
+def test_a_one_signal_incident_summary_speaks_chinese_when_the_detector_did():
+    engine = Engine.from_config(only("kl_tiers"))
+    findings = feed(engine, [{"kl/mean": 0.5}] * 3 + [{"kl/mean": 3.0}] * 3)
+    (inc,) = group(findings)
+    assert inc.summary.startswith("KL: KL 3 per sequence")
+    assert inc.summary_zh.startswith("KL：KL 3 为目标值") and "per sequence" not in inc.summary_zh

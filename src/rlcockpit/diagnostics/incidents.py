@@ -72,8 +72,9 @@ def first_mover(order: list[tuple[str, tuple[int, str]]], items: list[FindingRec
     first_step, first = order[0][1]
     signals = list(dict.fromkeys(sig for _, (_, sig) in order))
     if len(signals) == 1:
-        msg = next((f.message for f in items if f.detector == order[0][0]), items[0].message)
-        return (f"{first}: {msg}", f"{first}：{msg}")
+        head = next((f for f in items if f.detector == order[0][0]), items[0])
+        msg_zh = str(head.evidence.get("message_zh") or head.message)  # Chinese when the detector wrote it
+        return (f"{first}: {head.message}", f"{first}：{msg_zh}")
     later = [(s, sig) for _, (s, sig) in order[1:] if sig != first]
     gap = min(s for s, _ in later) - first_step
     names = list(dict.fromkeys(sig for _, sig in later))
