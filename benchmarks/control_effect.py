@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> dict:
     store = open_store(uri)
     plane = ControlPlane.over(store.control(), store.reader())
     tokens = {n: plane.users.add(n, r)[1] for n, r in (("olga", "operator"), ("alex", "approver"))}
-    http = TestClient(create_app(ServerSettings(store=uri), store, access=Access(plane), control=plane))
+    http = TestClient(create_app(ServerSettings(store=uri), store, access=Access(plane), control=plane),
+                      base_url="http://127.0.0.1")
     trainer = Trainer(cfg, control_store=store.control())
     timings: dict[str, float] = {}
 

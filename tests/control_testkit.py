@@ -12,6 +12,7 @@ from rlcockpit.records import Batch as RecordBatch
 from rlcockpit.records import CheckpointRecord, RunInfo
 from rlcockpit.store import open_store
 
+LOCAL = "http://127.0.0.1"  # the Host the server answers by default (DNS-rebinding guard)
 RUN = "run-live"
 FINISHED = "run-done"
 SILENT = "run-silent"  # running, but never published live parameters
@@ -88,7 +89,7 @@ def client(world: World) -> Any:
 
     app = create_app(ServerSettings(store=world.uri), world.store, access=Access(world.plane),
                      control=world.plane)
-    return TestClient(app)
+    return TestClient(app, base_url=LOCAL)
 
 
 def audit_tail(world: World, n: int = 1) -> list[Any]:

@@ -13,6 +13,7 @@ import uvicorn
 import rlcockpit
 from rlcockpit.records import SampleRecord
 
+LOCAL = "http://127.0.0.1"  # the Host the server answers by default (DNS-rebinding guard)
 RUN = "run-a"
 OTHER = "run-b"
 STEPS = 30
@@ -80,9 +81,9 @@ def free_port() -> int:
 class ServerThread:
     """uvicorn in a background thread (the same server `rlcockpit serve` runs)."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, host: str = "127.0.0.1") -> None:
         self.port = free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+        config = uvicorn.Config(app, host=host, port=self.port, log_level="warning",
                                 lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

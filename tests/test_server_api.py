@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from rlcockpit.server.app import create_app
 from rlcockpit.server.settings import ServerSettings
-from server_testkit import OTHER, PER_STEP, RUN, STEPS, build_store
+from server_testkit import LOCAL, OTHER, PER_STEP, RUN, STEPS, build_store
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def store_uri(tmp_path_factory):
 
 @pytest.fixture
 def client(store_uri):
-    with TestClient(create_app(ServerSettings(store=store_uri))) as c:
+    with TestClient(create_app(ServerSettings(store=store_uri)), base_url=LOCAL) as c:
         yield c
 
 
@@ -249,7 +249,7 @@ def test_unexpected_error_is_500_without_traceback(store_uri):
         raise RuntimeError("secret internals")
 
     app.add_api_route("/api/boom", boom)
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with TestClient(app, raise_server_exceptions=False, base_url=LOCAL) as c:
         r = c.get("/api/boom")
     assert r.status_code == 500
     body = r.json()["error"]
@@ -274,7 +274,7 @@ class DenyAll:
 
 def test_access_hook_guards_every_read_route(store_uri):
     access = DenyAll()
-    with TestClient(create_app(ServerSettings(store=store_uri), access=access)) as c:
+    with TestClient(create_app(ServerSettings(store=store_uri), access=access), base_url=LOCAL) as c:
         for url in ("/api/runs", f"/api/runs/{RUN}/series?names=reward/mean",
                     f"/api/runs/{RUN}/stream", "/api/library/search?q=kl"):
             assert c.get(url).status_code == 401, url
@@ -307,7 +307,7 @@ def test_static_ui_served_at_root(tmp_path, store_uri):
     (tmp_path / "index.html").write_text("<h1>cockpit</h1>")
     (tmp_path / "app.js").write_text("export const x = 1;")
     app = create_app(ServerSettings(store=store_uri, static_dir=str(tmp_path)))
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOCAL) as c:
         assert c.get("/").text == "<h1>cockpit</h1>"
         assert c.get("/static/app.js").text == "export const x = 1;"
         assert c.get("/static/missing.js").status_code == 404
@@ -326,7 +326,7 @@ def test_server_never_imports_torch_or_the_trainer(store_uri):
         from fastapi.testclient import TestClient
         from rlcockpit.server.app import create_app
         from rlcockpit.server.settings import ServerSettings
-        with TestClient(create_app(ServerSettings(store={store_uri!r}))) as c:
+        with TestClient(create_app(ServerSettings(store={store_uri!r})), base_url="http://127.0.0.1") as c:
             assert c.get("/api/runs/{RUN}/incidents").status_code == 200
         print([m for m in sys.modules if m == "torch" or m.startswith("rlcockpit.trainer")])
     """)
@@ -349,7 +349,7 @@ def test_sample_totals_follow_new_writes(tmp_path):
                                                for i in range(n)]))
 
     write(0, 3)
-    with TestClient(create_app(ServerSettings(store=store.uri), store)) as c:
+    with TestClient(create_app(ServerSettings(store=store.uri), store), base_url=LOCAL) as c:
         assert ok(c, "/api/runs/c")["samples"] == 3
         assert ok(c, "/api/runs/c/samples?limit=1")["total"] == 3
         write(1, 4)

@@ -189,6 +189,39 @@ def json_safe(v: Any) -> Any:
     return v
 
 
+MAX_TEXT = 2000  # characters of one text kept in an audit entry or an error body
+MAX_ITEMS = 50  # list items or mapping keys kept
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def bounded(v: Any, *, depth: int = 4) -> Any:
+    """:func:`json_safe` data cut to size: texts at ``MAX_TEXT`` characters (marked with the
+    original length), at most ``MAX_ITEMS`` list items or keys, ``depth`` levels, integers
+    outside 64 bits as text. What any client sends may be stored or echoed only like this."""
+    if isinstance(v, str):
+        return v if len(v) <= MAX_TEXT else f"{v[:MAX_TEXT]}... ({len(v)} characters)"
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, int):
+        return v if INT64[0] <= v <= INT64[1] else f"<an integer of {v.bit_length()} bits>"
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if depth <= 0:
+        return bounded(repr(v))
+    if isinstance(v, Mapping):
+        items = list(v.items())
+        out = {bounded(str(k)): bounded(x, depth=depth - 1) for k, x in items[:MAX_ITEMS]}
+        if len(items) > MAX_ITEMS:
+            out["..."] = f"{len(items) - MAX_ITEMS} more keys"
+        return out
+    if isinstance(v, (list, tuple)):
+        out_list = [bounded(x, depth=depth - 1) for x in v[:MAX_ITEMS]]
+        if len(v) > MAX_ITEMS:
+            out_list.append(f"... {len(v) - MAX_ITEMS} more items")
+        return out_list
+    return bounded(repr(v))
+
+
 # ---------------------------------------------------------------------- control plane (DESIGN.md §7)
 
 ROLES = ("viewer", "operator", "approver", "admin")  # each role may do what the ones before it may

@@ -21,6 +21,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
     p.add_argument("--query-timeout", type=float, default=2.0,
                    help="seconds one request's store reads may take before 504 (default 2)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a name the Host header may carry besides the loopback names and the "
+                        "bound address (repeatable; '*' = any). Needed with --host 0.0.0.0: "
+                        "the name people type in the browser")
+    p.add_argument("--worker-threads", type=int, default=4,
+                   help="API requests answered at once (default 4; keeps a trainer on the same "
+                        "machine fed)")
     p.set_defaults(func=_command)
 
 
@@ -28,7 +35,9 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     from rlcockpit.server.settings import ServerSettings
 
     return ServerSettings(host=args.host, port=args.port, store=args.store,
-                          query_timeout_s=args.query_timeout)
+                          query_timeout_s=args.query_timeout,
+                          allowed_hosts=tuple(args.allowed_host),
+                          worker_threads=args.worker_threads)
 
 
 def _command(args: argparse.Namespace) -> int:

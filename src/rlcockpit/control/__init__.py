@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from rlcockpit.control.channel import Channel
 from rlcockpit.control.config import ControlConfig
 from rlcockpit.control.errors import AuthError, ConflictError, ForbiddenError, TicketError
+from rlcockpit.control.refusals import RefusalLog
 from rlcockpit.control.tickets import COMMANDS, SELF_APPROVED_COMMANDS, Tickets
 from rlcockpit.control.users import Principal, Users
 from rlcockpit.store.base import ControlStore, StoreReader
@@ -26,10 +27,14 @@ class ControlPlane:
     runs: StoreReader
     users: Users
     tickets: Tickets
+    refusals: RefusalLog
 
     @classmethod
-    def over(cls, store: ControlStore, runs: StoreReader) -> ControlPlane:
-        return cls(store, runs, Users(store), Tickets(store, runs))
+    def over(cls, store: ControlStore, runs: StoreReader, *, refusals: RefusalLog | None = None
+             ) -> ControlPlane:
+        """``refusals``: how refused attempts are audited (default: a 60 s window, burst 10)."""
+        refusals = refusals or RefusalLog(store)
+        return cls(store, runs, Users(store), Tickets(store, runs, refusals), refusals)
 
 
 __all__ = [
@@ -43,6 +48,7 @@ __all__ = [
     "ControlStore",
     "ForbiddenError",
     "Principal",
+    "RefusalLog",
     "TicketError",
     "Tickets",
     "Users",

@@ -33,6 +33,10 @@ def resolve_name(name: str, specs: Mapping[str, Mapping[str, Any]]) -> str:
                       details={"param": name, "allowed": sorted(specs)})
 
 
+def _short(value: int) -> str:
+    return f"<an integer of {value.bit_length()} bits>"
+
+
 def check_value(name: str, value: Any, spec: Mapping[str, Any]) -> float | int:
     """The value with its canonical type; TicketError for a wrong type, NaN / inf or out of range."""
     kind = spec.get("type", "float")
@@ -41,6 +45,9 @@ def check_value(name: str, value: Any, spec: Mapping[str, Any]) -> float | int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TicketError(f"{name}={value!r} has the wrong type; expected {expected} in [{lo:g}, {hi:g}]",
                           details={"param": name, "value": repr(value), "expected": expected})
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise TicketError(f"{name}={_short(value)} is out of range; allowed: [{lo:g}, {hi:g}]",
+                          details={"param": name, "value": _short(value), "range": [lo, hi]})
     if not math.isfinite(float(value)):
         raise TicketError(f"{name}={value!r} must be a finite number in [{lo:g}, {hi:g}]",
                           details={"param": name, "value": str(value), "range": [lo, hi]})

@@ -14,6 +14,7 @@ from typing import Any
 
 from rlcockpit.control.errors import ConflictError, ForbiddenError, TicketError
 from rlcockpit.control.params import check_value, resolve_name
+from rlcockpit.control.refusals import RefusalLog
 from rlcockpit.control.users import Principal
 from rlcockpit.errors import RlcockpitError
 from rlcockpit.records import AuditEntry, TicketRecord
@@ -28,9 +29,10 @@ MAX_TEXT = 2000
 
 
 class Tickets:
-    def __init__(self, store: ControlStore, runs: StoreReader) -> None:
+    def __init__(self, store: ControlStore, runs: StoreReader, refusals: RefusalLog | None = None) -> None:
         self.store = store
         self.runs = runs
+        self.refusals = refusals or RefusalLog(store)
 
     # ------------------------------------------------------------------ requests
 
@@ -125,8 +127,8 @@ class Tickets:
 
     def refuse(self, actor: str, action: str, run_id: str | None, ticket_id: int | None,
                error: RlcockpitError, attempt: Mapping[str, Any] | None = None) -> None:
-        """Record a refused attempt in the audit log."""
-        self.store.append_audit(AuditEntry(actor=actor, action=action, outcome="refused", run_id=run_id,
+        """Record a refused attempt in the audit log (size-bounded and rate-limited: refusals.py)."""
+        self.refusals.record(AuditEntry(actor=actor, action=action, outcome="refused", run_id=run_id,
                                            ticket_id=ticket_id, details={
                                                "code": error.code, "status": error.http_status,
                                                "message": error.message, **dict(attempt or {})}))

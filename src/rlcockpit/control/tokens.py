@@ -1,12 +1,17 @@
-"""Bearer tokens: ``rlc_<key_id>_<secret>``, shown once; only a salted scrypt hash of the secret is stored.
+"""Bearer tokens: ``rlc_<key_id>_<secret>``, shown once; only a salted hash of the secret is stored.
 
 The public ``key_id`` finds the user's row without scanning; the secret (256 random bits from
-``secrets.token_urlsafe``) is checked against ``scrypt(secret, salt)`` with a constant-time compare.
-The cost parameters are stored with the hash (``scrypt$n$r$p$hex``), so they can be raised later.
+``secrets.token_urlsafe``) is checked against ``HMAC-SHA256(salt, secret)`` with a constant-time
+compare (``hmac-sha256$hex``). A slow password hash buys nothing for a 256-bit random secret (no
+guess list exists to try) and cost every failed check ~0.1 s of CPU, which let anyone flood the
+server and told them which key ids exist (a known id was slow, an unknown one fast). Now every
+check costs the same few microseconds. Hashes of older tokens (``scrypt$n$r$p$hex``) still
+verify; see :class:`rlcockpit.control.users.Users` for how their cost is kept constant too.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -25,6 +30,12 @@ class NewToken:
     token_hash: str
 
 
+HMAC_SCHEME = "hmac-sha256"
+# what an unknown key id is checked against, so it costs what a known one costs
+DUMMY_SALT = "00" * 16
+DUMMY_HASH = f"{HMAC_SCHEME}${'0' * 64}"
+
+
 def new_token() -> NewToken:
     key_id = secrets.token_hex(KEY_ID_HEX // 2)
     secret = secrets.token_urlsafe(32)
@@ -32,9 +43,24 @@ def new_token() -> NewToken:
     return NewToken(f"{PREFIX}{key_id}_{secret}", key_id, salt, hash_secret(secret, salt))
 
 
-def hash_secret(secret: str, salt: str, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
+def hash_secret(secret: str, salt: str) -> str:
+    digest = hmac.new(bytes.fromhex(salt), secret.encode("utf-8"), hashlib.sha256).hexdigest()
+    return f"{HMAC_SCHEME}${digest}"
+
+
+def scrypt_hash(secret: str, salt: str, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
+    """The hash of tokens made before the HMAC scheme (kept to verify them)."""
     digest = hashlib.scrypt(secret.encode("utf-8"), salt=bytes.fromhex(salt), n=n, r=r, p=p, dklen=32)
     return f"scrypt${n}${r}${p}${digest.hex()}"
+
+
+def is_legacy(stored: str) -> bool:
+    return stored.startswith("scrypt$")
+
+
+@functools.cache
+def dummy_hash(legacy: bool) -> str:
+    return scrypt_hash("dummy", DUMMY_SALT) if legacy else DUMMY_HASH
 
 
 def split_token(token: str) -> tuple[str, str] | None:
@@ -51,10 +77,13 @@ def split_token(token: str) -> tuple[str, str] | None:
 
 def verify_secret(secret: str, salt: str, stored: str) -> bool:
     try:
-        scheme, n, r, p, _ = stored.split("$")
+        if stored.startswith(HMAC_SCHEME + "$"):
+            candidate = hash_secret(secret, salt)
+        else:
+            scheme, n, r, p, _ = stored.split("$")
+            if scheme != "scrypt":
+                return False
+            candidate = scrypt_hash(secret, salt, int(n), int(r), int(p))
     except ValueError:
         return False
-    if scheme != "scrypt":
-        return False
-    candidate = hash_secret(secret, salt, int(n), int(r), int(p))
     return hmac.compare_digest(candidate.encode(), stored.encode())

@@ -17,7 +17,9 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from rlcockpit._version import __version__
-from rlcockpit.server import handlers
+from rlcockpit.errors import ConfigError
+from rlcockpit.server import handlers, workers
+from rlcockpit.server.guard import Guard
 from rlcockpit.server.responses import json_response
 from rlcockpit.server.routes import diagnostics, library, live, runs, samples
 from rlcockpit.server.settings import ServerSettings
@@ -32,6 +34,10 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
     ``settings.store`` (fails fast if the file is missing). ``access`` checks roles on every read
     route (None: no users, everyone reads); ``control`` is the control plane, whose routers the
     control helper includes here."""
+    if not settings.is_loopback and access is None and control is None:
+        raise ConfigError(f"host {settings.host} would expose the cockpit without access checks; pass "
+                          "access= and control= (rlcockpit.server.auth.control_for) or bind 127.0.0.1",
+                          details={"key": "host", "value": settings.host})
     if store is None:
         from rlcockpit.store import open_store
 
@@ -40,7 +46,10 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        workers.limit_threads(settings.worker_threads)
         yield
+        if control is not None:
+            control.refusals.flush(force=True)  # counted refusals are not lost at shutdown
         reader.close()
 
     # no /docs or /redoc: their pages load scripts from a CDN, and the cockpit works offline
@@ -52,6 +61,7 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
     app.state.reader = reader
     app.state.access = access
     app.state.control = control
+    app.state.streams = workers.StreamSlots(settings.max_streams)
     handlers.install(app)
     for router in READ_ROUTERS:
         app.include_router(router)
@@ -60,6 +70,8 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
 
         routes_control.include(app)
     mount_ui(app, Path(settings.static_dir) if settings.static_dir else BUNDLED_STATIC)
+    app.add_middleware(Guard, host_names=settings.host_names(), max_body_bytes=settings.max_body_bytes,
+                       paths=lambda: app.openapi()["paths"])
     return app
 
 

@@ -3,7 +3,11 @@
 :class:`Access` is what ``create_app(..., access=...)`` takes: every read route calls
 ``access.require(request, "viewer")`` (server/deps.py) and every control route asks for its role.
 While the store has no (active) users everyone may read and nobody may change anything; once a
-user exists, every request needs a valid token. Every refused attempt is written to the audit log.
+user exists, every request needs a valid token. A server bound to a non-loopback address
+re-checks this on every request: when the last user is revoked while it runs, nobody may read
+(the start-up rule "no network bind without users" holds for the server's whole life). Every
+refused attempt goes to the audit log through the control plane's rate-limited
+:class:`~rlcockpit.control.refusals.RefusalLog`.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from typing import Any
 
 from fastapi import Request
 
-from rlcockpit.control import ControlPlane, Principal
+from rlcockpit.control import ControlPlane, Principal, RefusalLog
 from rlcockpit.control.errors import AuthError, ForbiddenError
 from rlcockpit.errors import ConfigError, RlcockpitError
 from rlcockpit.records import AuditEntry
@@ -21,8 +25,9 @@ ANONYMOUS = Principal("anonymous", "viewer")
 
 
 class Access:
-    def __init__(self, control: ControlPlane) -> None:
+    def __init__(self, control: ControlPlane, *, network_bound: bool = False) -> None:
         self.control = control
+        self.network_bound = network_bound
 
     def require(self, request: Request, role: str) -> Principal:
         """The caller, if their role is at least ``role``; else 401 / 403 (audited)."""
@@ -42,6 +47,10 @@ class Access:
     def _who(self, token: str | None, role: str) -> Principal:
         if self.control.users.any_active():
             return self.control.users.authenticate(token)
+        if self.network_bound:
+            raise AuthError("this server listens on a network address and its store has no active users "
+                            "any more, so nobody may read; add a user (`rlcockpit users add NAME --role ROLE "
+                            "--store URI`) or serve on 127.0.0.1", details={"reason": "no_users_network"})
         if token:
             raise AuthError("this store has no users, so no token is valid; create one with `rlcockpit users add "
                             "NAME --role ROLE --store URI`", details={"reason": "no_users"})
@@ -53,9 +62,11 @@ class Access:
 
     def _audit_refusal(self, request: Request, exc: RlcockpitError, role: str) -> None:
         actor = str(exc.details.get("user") or "anonymous")
-        self.control.store.append_audit(AuditEntry(actor=actor, action="access_denied", outcome="refused", details={
-            "method": request.method, "path": request.url.path, "needed": role, "code": exc.code,
-            "status": exc.http_status, "reason": exc.details.get("reason"), "message": exc.message}))
+        route = getattr(request.scope.get("route"), "path", None)
+        self.control.refusals.record(AuditEntry(actor=actor, action="access_denied", outcome="refused", details={
+            "method": request.method, "path": request.url.path, "route": route, "needed": role,
+            "code": exc.code, "status": exc.http_status, "reason": exc.details.get("reason"),
+            "message": exc.message}))
 
 
 def bearer_token(request: Request) -> str | None:
@@ -71,11 +82,14 @@ def bearer_token(request: Request) -> str | None:
 
 
 def control_for(settings: Any, store: Any) -> tuple[Access, ControlPlane]:
-    """The control plane and access checks for ``serve``; refuses a non-loopback bind without users."""
-    plane = ControlPlane.over(store.control(), store.reader())
+    """The control plane and access checks for ``serve``; refuses a non-loopback bind without users
+    (and the access checks keep refusing if the last user is revoked later)."""
+    control = store.control()
+    refusals = RefusalLog(control, window_s=settings.refusal_window_s, burst=settings.refusal_burst)
+    plane = ControlPlane.over(control, store.reader(), refusals=refusals)
     if not settings.is_loopback and not plane.users.any_active():
         raise ConfigError(
             f"--host {settings.host} would expose the cockpit without users or tokens; create users first "
             "(`rlcockpit users add NAME --role viewer --store URI`) or serve on 127.0.0.1 (an SSH tunnel: "
             "ssh -L 8765:127.0.0.1:8765 host)", details={"key": "host", "value": settings.host})
-    return Access(plane), plane
+    return Access(plane, network_bound=not settings.is_loopback), plane

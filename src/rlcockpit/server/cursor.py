@@ -38,11 +38,11 @@ def decode(text: str) -> Cursor:
             raise ValueError(text)
         step = None if parts[1] == "_" else int(parts[1])
         finding, phase, event = (int(p) for p in parts[2:])
-        if min(finding, phase, event) < 0:
+        if min(finding, phase, event) < 0 or max(finding, phase, event, abs(step or 0)) >= 2**63:
             raise ValueError(text)
     except ValueError:
-        raise ConfigError(f"stream cursor {text!r} is not valid; it looks like "
+        raise ConfigError(f"stream cursor {text[:200]!r} is not valid; it looks like "
                           f"'{VERSION}.<step>.<finding>.<phase>.<event>' (the id of a message this "
                           "server sent); drop it to start from now",
-                          details={"parameter": "cursor", "value": text}) from None
+                          details={"parameter": "cursor", "value": text[:200]}) from None
     return Cursor(step=step, finding=finding, phase=phase, event=event)

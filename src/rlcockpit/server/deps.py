@@ -15,9 +15,11 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from rlcockpit.server.settings import ServerSettings
+from rlcockpit.server.workers import nice_this_thread
 
 
 def require_viewer(request: Request) -> None:
+    nice_this_thread(request.app.state.settings.worker_nice)
     access = request.app.state.access
     if access is not None:
         access.require(request, "viewer")
@@ -36,10 +38,11 @@ class TimedReader:
     thread's connection), so one heavy request never slows the others.
     """
 
-    def __init__(self, reader: Any, limit_s: float) -> None:
+    def __init__(self, reader: Any, limit_s: float, niceness: int = 0) -> None:
         self._reader = reader
         self._limit_s = limit_s
         self._at = time.monotonic() + limit_s
+        self._niceness = niceness
 
     def __getattr__(self, name: str) -> Any:
         fn = getattr(self._reader, name)
@@ -47,6 +50,7 @@ class TimedReader:
             return fn
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            nice_this_thread(self._niceness)  # the thread that does the work yields to a trainer
             with self._deadline():
                 return fn(*args, **kwargs)
 
@@ -61,7 +65,7 @@ class TimedReader:
 
 def get_reader(request: Request) -> TimedReader:
     state = request.app.state
-    return TimedReader(state.reader, state.settings.query_timeout_s)
+    return TimedReader(state.reader, state.settings.query_timeout_s, state.settings.worker_nice)
 
 
 Reader = Annotated[TimedReader, Depends(get_reader)]

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
+from rlcockpit.records import INT64
 from rlcockpit.server.handlers import ParameterError
+
+# Every integer of a path or query is a 64-bit SQLite integer: bigger ones are 422, not 500.
+I64_MIN, I64_MAX = INT64
 
 
 def csv(value: str | None) -> list[str]:
@@ -28,14 +32,6 @@ def expand_names(patterns: list[str], available: list[str], *, limit: int) -> li
     if len(names) > limit:
         raise ParameterError("names", ",".join(patterns)[:200],
                              f"expands to {len(names)} metric names; at most {limit} per request")
-    return names
-
-
-def require_names(value: str | None) -> list[str]:
-    names = csv(value)
-    if not names:
-        raise ParameterError("names", value, "give one or more metric names separated by commas, "
-                                             "e.g. names=reward/mean,kl/mean")
     return names
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from rlcockpit.records import json_safe
+from rlcockpit.records import bounded, json_safe
 
 
 class SafeJSONResponse(JSONResponse):
@@ -40,4 +40,5 @@ def finite(values: Iterable[float | None]) -> list[float | None]:
 
 
 def error_body(code: str, message: str, details: dict | None = None) -> dict:
-    return {"error": {"code": code, "message": message, "details": json_safe(details or {})}}
+    """The canonical error; what the client sent is echoed only cut to size (records.bounded)."""
+    return {"error": {"code": code, "message": bounded(message), "details": bounded(details or {})}}

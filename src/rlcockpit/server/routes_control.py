@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
 
 from rlcockpit.control import ControlPlane, Principal
 from rlcockpit.control.audit import verify
 from rlcockpit.control.errors import TicketError
 from rlcockpit.records import TICKET_STATUSES, to_dict
+from rlcockpit.server.params import I64_MAX, I64_MIN
 from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.workers import nice_this_thread
 
 router = APIRouter(prefix="/api", tags=["control"], default_response_class=SafeJSONResponse)
 
@@ -26,6 +28,7 @@ def _plane(request: Request) -> ControlPlane:
 
 def _role(role: str):
     def dependency(request: Request) -> Principal:
+        nice_this_thread(request.app.state.settings.worker_nice)
         return request.app.state.access.require(request, role)
 
     return Depends(dependency)
@@ -36,6 +39,7 @@ Viewer = Annotated[Principal, _role("viewer")]
 Operator = Annotated[Principal, _role("operator")]
 Approver = Annotated[Principal, _role("approver")]
 JsonBody = Annotated[dict[str, Any] | None, Body()]
+TicketId = Annotated[int, Path(ge=I64_MIN, le=I64_MAX)]
 
 
 def _body(payload: dict[str, Any] | None, *required: str) -> dict[str, Any]:
@@ -73,22 +77,22 @@ def list_tickets(run: str, who: Viewer, plane: Plane,
 
 
 @router.get("/tickets/{ticket_id}", summary="One ticket with its effect measurement")
-def get_ticket(ticket_id: int, who: Viewer, plane: Plane) -> SafeJSONResponse:
+def get_ticket(ticket_id: TicketId, who: Viewer, plane: Plane) -> SafeJSONResponse:
     return _ticket(plane.store.get_ticket(ticket_id))
 
 
 @router.post("/tickets/{ticket_id}/approve", summary="Approve a ticket (approver, not the requester)")
-def approve(ticket_id: int, who: Approver, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
+def approve(ticket_id: TicketId, who: Approver, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
     return _ticket(plane.tickets.approve(who, ticket_id, str(_body(payload).get("comment") or "")))
 
 
 @router.post("/tickets/{ticket_id}/reject", summary="Reject a ticket with a comment (approver)")
-def reject(ticket_id: int, who: Approver, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
+def reject(ticket_id: TicketId, who: Approver, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
     return _ticket(plane.tickets.reject(who, ticket_id, _body(payload).get("comment") or ""))
 
 
 @router.post("/tickets/{ticket_id}/cancel", summary="Cancel a pending ticket (its requester or an admin)")
-def cancel(ticket_id: int, who: Operator, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
+def cancel(ticket_id: TicketId, who: Operator, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
     return _ticket(plane.tickets.cancel(who, ticket_id, str(_body(payload).get("comment") or "")))
 
 
@@ -112,8 +116,9 @@ def live(run: str, who: Viewer, plane: Plane,
 
 @router.get("/audit", summary="The audit log (append-only, hash-chained), oldest first")
 def audit(who: Viewer, plane: Plane, run: str | None = None,
-          after: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=10000)] = 500,
+          after: Annotated[int, Query(ge=0, le=I64_MAX)] = 0, limit: Annotated[int, Query(ge=1, le=10000)] = 500,
           check: Annotated[bool, Query(description="also verify the whole chain")] = False) -> SafeJSONResponse:
+    plane.refusals.flush()  # the counts of finished refusal windows, before reading
     items = plane.store.read_audit(run_id=run, after_seq=after, limit=limit)
     body: dict[str, Any] = {"items": [to_dict(e) for e in items]}
     if check:
@@ -133,5 +138,5 @@ def include(app: FastAPI) -> None:
     if app.state.access is None:
         from rlcockpit.server.auth import Access
 
-        app.state.access = Access(app.state.control)
+        app.state.access = Access(app.state.control, network_bound=not app.state.settings.is_loopback)
     app.include_router(router)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from rlcockpit.config import Config, check, option
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+WILDCARD_BINDS = ("0.0.0.0", "::", "")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,31 @@ class ServerSettings(Config):
                                            "stream.", range=(0.05, 3600.0))
     static_dir: str = option("", help="Directory of the web UI (index.html and assets); empty "
                                       "means the UI bundled in rlcockpit/server/static.")
+    allowed_hosts: tuple[str, ...] = option(
+        (), help="Host names a request's Host header may carry (DNS-rebinding guard), besides "
+                 "the loopback names and the bound address; '*' allows any. Give the names "
+                 "people type in the browser when binding wider than loopback.")
+    max_body_bytes: int = option(1_048_576, help="Largest request body accepted; a larger one "
+                                                 "is refused with 413 before authentication "
+                                                 "or parsing.", range=(1024, 1 << 30))
+    worker_threads: int = option(4, help="Threads that answer API requests at once (the rest "
+                                         "wait their turn): bounds the CPU the server takes "
+                                         "from a trainer on the same machine.", range=(1, 256))
+    worker_nice: int = option(10, help="Scheduling niceness of the server's worker and stream "
+                                       "threads (0: as the process; 19: lowest priority), so a "
+                                       "trainer on the same machine wins the CPU.",
+                              range=(0, 19))
+    max_streams: int = option(64, help="Live streams open at once; one more is answered 503 "
+                                       "too_many_streams.", range=(1, 10_000))
+    refusal_window_s: float = option(60.0, help="Window of the audit log's refusal limiter: per "
+                                                "(caller, action, reason, route), at most "
+                                                "refusal_burst refused attempts a window get a "
+                                                "row each (an anonymous caller: 1); the rest "
+                                                "are counted into one refusals_suppressed row.",
+                                     range=(0.001, 86_400.0))
+    refusal_burst: int = option(10, help="Refused attempts of one signed-in caller per key and "
+                                         "window that get their own audit row.",
+                                range=(1, 1_000_000))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -43,3 +69,13 @@ class ServerSettings(Config):
     @property
     def is_loopback(self) -> bool:
         return self.host in LOOPBACK_HOSTS or self.host.startswith("127.")
+
+    def host_names(self) -> frozenset[str] | None:
+        """Lower-case names the Host header may carry (port stripped); None: any name."""
+        extra = {h.strip().lower() for h in self.allowed_hosts if h.strip()}
+        if "*" in extra:
+            return None
+        names = {"localhost", "127.0.0.1", "::1", *extra}
+        if self.host not in WILDCARD_BINDS:
+            names.add(self.host.lower())
+        return frozenset(names)

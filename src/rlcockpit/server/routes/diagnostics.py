@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 
 from rlcockpit.diagnostics.incidents import Incident, group
 from rlcockpit.records import SEVERITIES, PhaseRecord, SnapshotRecord, to_dict
 from rlcockpit.server.deps import Reader, require_viewer
 from rlcockpit.server.handlers import ParameterError
-from rlcockpit.server.params import csv
+from rlcockpit.server.params import I64_MAX, I64_MIN, csv
 from rlcockpit.server.responses import SafeJSONResponse, json_response
 
 router = APIRouter(prefix="/api/runs/{run}", tags=["diagnostics"],
@@ -21,7 +21,8 @@ Limit = Annotated[int, Query(ge=0, le=100_000, description="most recent items at
 
 @router.get("/findings", summary="Diagnostic findings (with their incident and status)")
 def findings(run: str, reader: Reader,
-             step_min: Annotated[int | None, Query(description="first step")] = None,
+             step_min: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="first step")
+                                 ] = None,
              severities: Annotated[str | None, Query(description="comma-separated tiers, e.g. "
                                                                  "red,black")] = None,
              incident: Annotated[str | None, Query(description="one incident's findings")] = None,
@@ -50,7 +51,8 @@ def snapshots(run: str, reader: Reader) -> SafeJSONResponse:
 
 @router.get("/snapshots/{snapshot_id}", summary="One snapshot with its payload (gradient "
                                                 "histograms, heatmaps, batch, last samples...)")
-def snapshot(run: str, snapshot_id: int, reader: Reader) -> SafeJSONResponse:
+def snapshot(run: str, snapshot_id: Annotated[int, Path(ge=I64_MIN, le=I64_MAX)], reader: Reader
+             ) -> SafeJSONResponse:
     snap = reader.get_snapshot(run, snapshot_id)
     return json_response({**_snapshot(snap), "payload": dict(snap.payload)})
 

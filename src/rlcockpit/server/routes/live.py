@@ -21,12 +21,15 @@ from starlette.concurrency import run_in_threadpool
 from rlcockpit.errors import RlcockpitError
 from rlcockpit.server.cursor import Cursor, decode
 from rlcockpit.server.deps import require_viewer
+from rlcockpit.server.params import I64_MAX, I64_MIN
 from rlcockpit.server.settings import ServerSettings
 from rlcockpit.server.stream import Tail, keepalive, message
+from rlcockpit.server.workers import nice_this_thread
 
 router = APIRouter(prefix="/api/runs/{run}", tags=["live"], dependencies=[Depends(require_viewer)])
 THREAD_PREFIX = "rlcockpit-sse"
 RETRY_MS = 2000
+NO_ID = ("null", "undefined")
 
 
 @router.get("/stream", summary="Live server-sent events: step, finding, phase, event, run",
@@ -34,15 +37,18 @@ RETRY_MS = 2000
 async def stream(request: Request, run: str,
                  cursor: Annotated[str | None, Query(description="resume after this message id")
                                    ] = None,
-                 after_step: Annotated[int | None, Query(description="start after this step "
+                 after_step: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX,
+                                                         description="start after this step "
                                                                      "(default: the last)")
                                        ] = None,
                  last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
     state = request.app.state
-    # Last-Event-ID first: a browser reconnecting to a ?cursor= URL sends the newer id there
-    resume = last_event_id or cursor
+    # Last-Event-ID first: a browser reconnecting to a ?cursor= URL sends the newer id there;
+    # "null" / "undefined" are what some clients send for "no id yet"
+    resume = next((v for v in (last_event_id, cursor) if v and v.strip() not in NO_ID), None)
     parsed = decode(resume) if resume else None
     await run_in_threadpool(state.reader.get_run, run)  # 404 before the stream starts
+    state.streams.acquire()  # 503 too_many_streams over max_streams
     body = _events(request, state.store, state.settings, run, parsed, after_step)
     return StreamingResponse(body, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -51,7 +57,8 @@ async def stream(request: Request, run: str,
 async def _events(request: Request, store: Any, settings: ServerSettings, run: str,
                   cursor: Cursor | None, after_step: int | None) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
-    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=THREAD_PREFIX)
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=THREAD_PREFIX,
+                                initializer=nice_this_thread, initargs=(settings.worker_nice,))
     reader = store.reader()
     try:
         tail = await loop.run_in_executor(
@@ -75,5 +82,6 @@ async def _events(request: Request, store: Any, settings: ServerSettings, run: s
             if not poll.more:
                 await asyncio.sleep(settings.sse_poll_s)
     finally:
+        request.app.state.streams.release()
         thread.submit(reader.close)  # after any poll still running, on the reader's thread
         thread.shutdown(wait=False)

@@ -11,11 +11,12 @@ from rlcockpit.records import to_dict
 from rlcockpit.server.deps import Reader, Settings, require_viewer
 from rlcockpit.server.handlers import ParameterError
 from rlcockpit.server.params import (
+    I64_MAX,
+    I64_MIN,
     check_cap,
     check_range,
     csv,
     expand_names,
-    require_names,
 )
 from rlcockpit.server.responses import SafeJSONResponse, json_response
 from rlcockpit.server.serialize import run_item, series_dict
@@ -23,8 +24,8 @@ from rlcockpit.server.serialize import run_item, series_dict
 router = APIRouter(prefix="/api", tags=["runs"], dependencies=[Depends(require_viewer)],
                    default_response_class=SafeJSONResponse)
 
-StepMin = Annotated[int | None, Query(description="first step (inclusive)")]
-StepMax = Annotated[int | None, Query(description="last step (inclusive)")]
+StepMin = Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="first step (inclusive)")]
+StepMax = Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="last step (inclusive)")]
 CATEGORY_PREFIX, CATEGORY_SUFFIX = "reward/category/", "/mean"
 
 
@@ -52,17 +53,16 @@ def run_summary(run: str, reader: Reader) -> SafeJSONResponse:
 @router.get("/runs/{run}/series", summary="Metric curves, downsampled on the server (every "
                                           "bucket keeps its min and max, so spikes survive)")
 def series(run: str, reader: Reader, settings: Settings,
-           names: Annotated[str | None, Query(description="comma-separated metric names; a "
-                                                         "`*` matches any text, e.g. "
-                                                         "reward/category/*")] = None,
+           names: Annotated[str, Query(description="comma-separated metric names; a `*` "
+                                                  "matches any text, e.g. reward/category/*; "
+                                                  "empty: no curves")],
            step_min: StepMin = None, step_max: StepMax = None,
-           max_points: Annotated[int | None, Query(ge=8, description="points per curve at most "
+           max_points: Annotated[int | None, Query(ge=8, le=I64_MAX, description="points per curve at most "
                                                    "(None: every point)")] = 1000,
            ) -> SafeJSONResponse:
     check_range("step_min", step_min, "step_max", step_max)
     check_cap("max_points", max_points, settings.max_points)
-    wanted = expand_names(require_names(names), _metric_names(reader, run, names),
-                          limit=settings.max_names)
+    wanted = expand_names(csv(names), _metric_names(reader, run, names), limit=settings.max_names)
     found = reader.read_series(run, wanted, step_min=step_min, step_max=step_max,
                                max_points=max_points)
     return json_response({"series": {n: series_dict(s) for n, s in found.items()}})
@@ -86,7 +86,7 @@ def latest(run: str, reader: Reader, settings: Settings,
 def histograms(run: str, reader: Reader, settings: Settings,
                name: Annotated[str, Query(description="histogram name, e.g. reward/hist")],
                step_min: StepMin = None, step_max: StepMax = None,
-               max_points: Annotated[int | None, Query(ge=2, description="evenly spaced steps "
+               max_points: Annotated[int | None, Query(ge=2, le=I64_MAX, description="evenly spaced steps "
                                                        "at most")] = 200,
                ) -> SafeJSONResponse:
     check_range("step_min", step_min, "step_max", step_max)
@@ -109,17 +109,17 @@ def categories(run: str, reader: Reader) -> SafeJSONResponse:
 
 @router.get("/compare", summary="The same metrics of several runs, for overlaying curves")
 def compare(reader: Reader, settings: Settings,
-            runs: Annotated[str | None, Query(description="comma-separated run ids")] = None,
-            names: Annotated[str | None, Query(description="comma-separated metric names "
-                                                          "(wildcards allowed)")] = None,
+            runs: Annotated[str, Query(pattern=r"[^,\s]", description="comma-separated run ids")],
+            names: Annotated[str, Query(description="comma-separated metric names (wildcards "
+                                                    "allowed); empty: no curves")],
             step_min: StepMin = None, step_max: StepMax = None,
-            max_points: Annotated[int | None, Query(ge=8)] = 500) -> SafeJSONResponse:
+            max_points: Annotated[int | None, Query(ge=8, le=I64_MAX)] = 500) -> SafeJSONResponse:
     run_ids = csv(runs)
     if not run_ids:
         raise ParameterError("runs", runs, "give one or more run ids separated by commas")
     check_range("step_min", step_min, "step_max", step_max)
     check_cap("max_points", max_points, settings.max_points)
-    patterns = require_names(names)
+    patterns = csv(names)
     out = {}
     for run in run_ids:
         wanted = expand_names(patterns, _metric_names(reader, run, names), limit=settings.max_names)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 
 from rlcockpit.server.deps import Reader, require_viewer
-from rlcockpit.server.params import check_range, csv
+from rlcockpit.server.params import I64_MAX, I64_MIN, check_range, csv
 from rlcockpit.server.responses import SafeJSONResponse, json_response
 from rlcockpit.server.serialize import sample_dict
 from rlcockpit.store.base import SAMPLE_HISTOGRAM_FIELDS, SampleQuery
@@ -23,8 +23,10 @@ MAX_PAGE = 1000
 @router.get("/samples", summary="A filtered, stably ordered page of samples")
 def samples(
     run: str, reader: Reader,
-    step_min: Annotated[int | None, Query(description="first step (inclusive)")] = None,
-    step_max: Annotated[int | None, Query(description="last step (inclusive)")] = None,
+    step_min: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="first step (inclusive)")
+                        ] = None,
+    step_max: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="last step (inclusive)")
+                        ] = None,
     category: Annotated[str | None, Query(description="prompt category, e.g. math")] = None,
     reward_min: Annotated[float | None, Query(description="smallest reward (inclusive)")] = None,
     reward_max: Annotated[float | None, Query(description="largest reward (inclusive)")] = None,
@@ -39,7 +41,7 @@ def samples(
     order: Annotated[Order, Query(description="sort order; ties by (step, sample_id)")
                      ] = "step_desc",
     limit: Annotated[int, Query(ge=0, le=MAX_PAGE, description="page size")] = 50,
-    offset: Annotated[int, Query(ge=0, description="samples to skip")] = 0,
+    offset: Annotated[int, Query(ge=0, le=I64_MAX, description="samples to skip")] = 0,
     token_arrays: Annotated[bool, Query(description="include per-token arrays in the page")
                             ] = False,
 ) -> SafeJSONResponse:
@@ -59,7 +61,8 @@ def samples(
 
 @router.get("/samples/{step}/{sample_id}", summary="One sample with its per-token arrays "
                                                   "(tokens, logprobs, ref_logprobs, token_kl)")
-def sample(run: str, step: int, sample_id: int, reader: Reader) -> SafeJSONResponse:
+def sample(run: str, step: Annotated[int, Path(ge=I64_MIN, le=I64_MAX)],
+           sample_id: Annotated[int, Path(ge=I64_MIN, le=I64_MAX)], reader: Reader) -> SafeJSONResponse:
     return json_response(sample_dict(reader.get_sample(run, step, sample_id), token_arrays=True))
 
 
@@ -69,8 +72,8 @@ def sample_histogram(
     run: str, reader: Reader,
     field: Annotated[Field, Query(description="sample field to bin")] = "reward",
     bins: Annotated[int, Query(ge=1, le=1000, description="number of bins")] = 50,
-    step_min: Annotated[int | None, Query()] = None,
-    step_max: Annotated[int | None, Query()] = None,
+    step_min: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX)] = None,
+    step_max: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX)] = None,
 ) -> SafeJSONResponse:
     check_range("step_min", step_min, "step_max", step_max)
     h = reader.sample_histogram(run, field, bins, step_min=step_min, step_max=step_max)
