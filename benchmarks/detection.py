@@ -47,7 +47,19 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _detection_grid import CONFIGS, QUICK_OVERRIDES, SPLITS, Job, Scheduler, make_fault, make_jobs  # noqa: E402
+from _detection_grid import (  # noqa: E402
+    BASELINE_SEED,
+    CONFIGS,
+    HEALTHY_STEPS,
+    QUICK_OVERRIDES,
+    SPLITS,
+    TUNING_SPLITS,
+    Job,
+    Scheduler,
+    baseline_key,
+    make_fault,
+    make_jobs,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "detection.md"
@@ -58,6 +70,7 @@ ORANGE_PLUS = ("orange", "red", "black")
 PEERS = ("rlwatch", "rlprobe", "rldoctor")  # the names to report when the peer runner gives none
 IGNORED_PREFIXES = ("time/", "perf/", "sys/", "optim/lr/")
 RTOL, ATOL = 1e-6, 1e-9
+BASELINE = "baseline"  # the detector comparing a run with the baseline seed's healthy run
 TARGETS = {"step_caught_pct": 90.0, "median_latency": 5.0, "orange_per_1000": 1.0}
 
 StepRow = tuple[int, dict[str, float], list[Any], float]  # (step, metrics, samples, wall time)
@@ -129,13 +142,15 @@ def run_diagnostics_config(info: dict[str, Any]) -> Any:
     return from_dict(DiagnosticsConfig, (run.config or {}).get("diagnostics", {}), prefix="diagnostics.")
 
 
-def replay(stream: Sequence[StepRow], config: Any, *, engine: Any = None, snapshot_at: Iterable[int] = ()
-           ) -> tuple[list[dict[str, Any]], dict[int, Any]]:
+def replay(stream: Sequence[StepRow], config: Any, *, engine: Any = None, snapshot_at: Iterable[int] = (),
+           baseline: Any = None) -> tuple[list[dict[str, Any]], dict[int, Any]]:
     """The stream through a fresh engine (or ``engine``) in step order, as ``diagnose_run`` does; a deep
-    copy of the engine after each step of ``snapshot_at`` (a fault run resumed there continues it)."""
+    copy of the engine after each step of ``snapshot_at`` (a fault run resumed there continues it).
+    ``baseline``: the healthy run of the config's baseline seed, for the `baseline` detector."""
     from rlcockpit.diagnostics.engine import Engine
 
-    engine = engine if engine is not None else Engine.from_config(config, incident_prefix="bench")
+    engine = engine if engine is not None else Engine.from_config(config, incident_prefix="bench",
+                                                                   baseline=baseline)
     wanted, found, snapshots = set(snapshot_at), [], {}
     for step, metrics, samples, wall in stream:
         found.extend(engine.observe(step, metrics, samples, wall))
@@ -169,29 +184,48 @@ def build_outcomes(jobs: list[Job], infos: dict[str, dict[str, Any]]) -> list[Ou
     a resumed fault run is the twin's findings up to there + its own steps through that copy (the same
     as replaying the stitched stream from step 1, without replaying the prefix again)."""
     outcomes: dict[str, Outcome] = {}
-    for twin in (j for j in jobs if not j.fault):
+    baselines = load_baselines(jobs, infos)
+    for twin in (j for j in jobs if not j.fault and j.role == "twin"):
         mine = [j for j in jobs if j.twin == twin.key]
         resumed = {infos.get(j.key, {}).get("resumed_from") for j in mine} - {None}
-        tout, snapshots = score_twin(twin, infos.get(twin.key, {}), resumed)
+        tout, snapshots = score_twin(twin, infos.get(twin.key, {}), resumed, baselines.get(twin.config))
         outcomes[twin.key] = tout
         for job in mine:
-            outcomes[job.key] = score_fault_run(job, infos.get(job.key, {}), tout, snapshots)
+            outcomes[job.key] = score_fault_run(job, infos.get(job.key, {}), tout, snapshots,
+                                                baselines.get(job.config))
         print(f"  replayed {twin.key} and its {len(mine)} fault runs", file=sys.stderr, flush=True)
     return [outcomes[j.key] for j in jobs if j.key in outcomes]
 
 
-def score_twin(job: Job, info: dict[str, Any], snapshot_at: Iterable[int]) -> tuple[Outcome, dict[int, Any]]:
+def load_baselines(jobs: list[Job], infos: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per config, the baseline seed's full-length healthy run as a Baseline (none in --quick, whose short
+    twin cannot be the baseline of anything, or when it failed)."""
+    from rlcockpit.diagnostics.baseline import Baseline
+
+    out = {}
+    full = {j.key for j in jobs if not j.fault and j.steps >= HEALTHY_STEPS}
+    for config in {j.config for j in jobs}:
+        info = infos.get(baseline_key(config), {})
+        if baseline_key(config) in full and info.get("status") == "finished" and info.get("run_id"):
+            rows = ((step, m) for step, m, _, _ in read_stream(info, with_samples=False))
+            out[config] = Baseline.from_steps(baseline_key(config), rows)
+    return out
+
+
+def score_twin(job: Job, info: dict[str, Any], snapshot_at: Iterable[int], baseline: Any = None
+               ) -> tuple[Outcome, dict[int, Any]]:
     out = Outcome(job, info)
     if not out.ok:
         return out, {}
     stream = read_stream(info)
     out.config = run_diagnostics_config(info)
-    out.findings, snapshots = replay(stream, out.config, snapshot_at=snapshot_at)
+    out.findings, snapshots = replay(stream, out.config, snapshot_at=snapshot_at, baseline=baseline)
     _finish(out, stream)
     return out, snapshots
 
 
-def score_fault_run(job: Job, info: dict[str, Any], twin: Outcome, snapshots: dict[int, Any]) -> Outcome:
+def score_fault_run(job: Job, info: dict[str, Any], twin: Outcome, snapshots: dict[int, Any],
+                    baseline: Any = None) -> Outcome:
     out = Outcome(job, info)
     if not out.ok:
         return out
@@ -199,7 +233,7 @@ def score_fault_run(job: Job, info: dict[str, Any], twin: Outcome, snapshots: di
     out.config = run_diagnostics_config(info)
     resumed = info.get("resumed_from")
     if resumed is None:
-        out.findings, _ = replay(own, out.config)
+        out.findings, _ = replay(own, out.config, baseline=baseline)
         _finish(out, own)
         return out
     if not twin.ok:
@@ -209,7 +243,7 @@ def score_fault_run(job: Job, info: dict[str, Any], twin: Outcome, snapshots: di
         new, _ = replay(suffix, out.config, engine=copy.deepcopy(snapshots[resumed]))
         out.findings = [f for f in twin.findings if f["step"] <= resumed] + new
     else:  # no copy of the twin's engine there: replay the stitched stream from step 1
-        out.findings, _ = replay(stitched(own, read_stream(twin.info), resumed), out.config)
+        out.findings, _ = replay(stitched(own, read_stream(twin.info), resumed), out.config, baseline=baseline)
     out.metrics = {s: m for s, m in twin.metrics.items() if s <= resumed} | {s: m for s, m, _, _ in suffix}
     out.steps = max(out.metrics, default=0)
     return out
@@ -219,8 +253,8 @@ def _finish(out: Outcome, stream: Sequence[StepRow]) -> None:
     """Metrics by step, last step, and (a run trained from step 1) whether the replay = the live findings."""
     out.metrics = {step: m for step, m, _, _ in stream}
     out.steps = max(out.metrics, default=0)
-    out.same_as_live = _sig(f for f in out.findings if f["status"] != "resolved") == \
-        _sig(f for f in live_findings(out.info) if f["status"] != "resolved")
+    out.same_as_live = _sig(f for f in out.findings if f["status"] != "resolved" and f["detector"] != "baseline") \
+        == _sig(f for f in live_findings(out.info) if f["status"] != "resolved")
 
 
 # --------------------------------------------------------------------------- scoring
@@ -266,7 +300,8 @@ def score_fault(o: Outcome, twin: Outcome | None) -> dict[str, Any]:
     twin_rows = _raised(twin.findings, lo, hi) if twin else []
     twin_keys = {(f["detector"], f["key"]) for f in twin_rows}
     own = [f for f in _raised(o.findings, lo, hi) if (f["detector"], f["key"]) not in twin_keys]
-    hits = [f for f in own if f["detector"] in fault.expected or f["family"] in fault.expected]
+    hits = [f for f in own if expected_hit(f, fault)]
+    hits_nb = [f for f in hits if f["detector"] != BASELINE]
     orange = [f for f in own if f["severity"] in ORANGE_PLUS]
     div, moved = first_divergence(o.metrics, twin.metrics, hi, ignored_metrics()) if twin else (None, [])
     ref = div if div is not None else lo
@@ -275,13 +310,24 @@ def score_fault(o: Outcome, twin: Outcome | None) -> dict[str, Any]:
         "early_divergence": div is not None and div < lo,  # before the fault struck: the twin is not exact
         "detected": bool(hits), "hit": _brief(hits[0], ref) if hits else None,
         "latency": hits[0]["step"] - ref if hits else None,
+        "no_effect": div is None,  # the fault changed no metric of the run: nothing to detect (not scored)
+        "detected_nb": bool(hits_nb), "hit_nb": _brief(hits_nb[0], ref) if hits_nb else None,
+        "latency_nb": hits_nb[0]["step"] - ref if hits_nb else None,
         "orange": _brief(orange[0], ref) if orange else None,
         "twin": [f"{f['detector']} {f['severity']} @{f['step']}" for f in twin_rows],
         "scored": (lo, hi),
     }
     if fault.shape == "ramp" and twin is not None:
         s.update(ramp_timing(o, twin, fault.drives, lo, hi, hits))
+        s["in_time_nb"] = ramp_timing(o, twin, fault.drives, lo, hi, hits_nb)["in_time"]
     return s
+
+
+def expected_hit(f: dict[str, Any], fault: Any) -> bool:
+    """An expected detector or family, or a `baseline` finding on a metric the fault moves."""
+    if f["detector"] == BASELINE:
+        return f["key"] in fault.baseline_keys
+    return f["detector"] in fault.expected or f["family"] in fault.expected
 
 
 def ramp_timing(o: Outcome, twin: Outcome, metric: str, lo: int, hi: int,
@@ -308,7 +354,10 @@ def _brief(f: dict[str, Any], ref: int) -> str:
 
 def score_healthy(o: Outcome) -> dict[str, int]:
     raised = _raised(o.findings, 0, o.steps)
-    return {s: sum(1 for f in raised if f["severity"] == s) for s in SEVERITIES}
+    out = {s: sum(1 for f in raised if f["severity"] == s) for s in SEVERITIES}
+    out["baseline"] = sum(1 for f in raised if f["detector"] == BASELINE)
+    out["baseline_orange"] = sum(1 for f in raised if f["detector"] == BASELINE and f["severity"] in ORANGE_PLUS)
+    return out
 
 
 # --------------------------------------------------------------------------- peers
@@ -383,11 +432,11 @@ def _source(o: Outcome) -> str:
 
 def fault_table(rows: list[tuple[Outcome, dict, dict]], peers: Sequence[str]) -> list[str]:
     head = ["fault", "seed", "variant", "scored steps", "first divergence", "expected detector fired "
-            "(first, steps after divergence)", "first orange+ (steps after divergence)", "twin's findings in the "
+            "(first, steps after divergence)", "without the baseline run", "first orange+ (steps after divergence)", "twin's findings in the "
             "scored steps", "ramp: metric moved 2x spread at / caught in time", "stream", *peers]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for o, s, ps in rows:
-        div = "none" if s["divergence"] is None else str(s["divergence"]) + (" (BEFORE the fault)"
+        div = "none (no effect: not scored)" if s["divergence"] is None else str(s["divergence"]) + (" (BEFORE the fault)"
                                                                              if s["early_divergence"] else "")
         ramp = "-"
         if s["shape"] == "ramp":
@@ -395,7 +444,7 @@ def fault_table(rows: list[tuple[Outcome, dict, dict]], peers: Sequence[str]) ->
             ramp = f"{moved} / {'yes' if s.get('in_time') else 'no'}"
         twin = ", ".join(s["twin"][:4]) + (f" (+{len(s['twin']) - 4})" if len(s["twin"]) > 4 else "") or "none"
         cells = [o.job.fault, str(o.job.seed), o.job.variant.label(), f"{s['scored'][0]}-{s['scored'][1]}", div,
-                 s["hit"] or "missed", s["orange"] or "none", twin, ramp, _source(o),
+                 s["hit"] or "missed", s["hit_nb"] or "missed", s["orange"] or "none", twin, ramp, _source(o),
                  *(_cell_peer(ps[p]) for p in peers)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -405,19 +454,21 @@ def summary_table(rows: list[tuple[Outcome, dict, dict]], peers: Sequence[str]) 
     by: dict[str, list] = {}
     for o, s, ps in rows:
         by.setdefault(o.job.fault, []).append((o, s, ps))
-    head = ["fault", "expected detectors", "step runs caught", "ramp runs caught (in time)",
+    head = ["fault", "expected detectors", "step runs caught (without the baseline)",
+            "ramp runs caught (in time)",
             "median latency from divergence (steps)", *(f"{p} caught" for p in peers)]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for name, items in by.items():
-        steps = [s for _, s, _ in items if s["shape"] == "step"]
-        ramps = [s for _, s, _ in items if s["shape"] == "ramp"]
+        steps = [s for _, s, _ in items if s["shape"] == "step" and not s["no_effect"]]
+        ramps = [s for _, s, _ in items if s["shape"] == "ramp" and not s["no_effect"]]
         lats = [s["latency"] for _, s, _ in items if s["latency"] is not None]
         exp = items[0][1]["expected"]
         peer_cells = ["n/a" if any("error" in ps[p] for _, _, ps in items) else
                       f"{sum(1 for _, _, ps in items if ps[p]['latency'] is not None)}/{len(items)}" for p in peers]
         lines.append("| " + " | ".join([
             name, ", ".join(exp[:3]) + ("…" if len(exp) > 3 else ""),
-            f"{sum(s['detected'] for s in steps)}/{len(steps)}" if steps else "-",
+            f"{sum(s['detected'] for s in steps)}/{len(steps)} ({sum(s['detected_nb'] for s in steps)})"
+            if steps else "-",
             f"{sum(s['detected'] for s in ramps)}/{len(ramps)} ({sum(bool(s.get('in_time')) for s in ramps)})"
             if ramps else "-",
             f"{statistics.median(lats):g}" if lats else "-", *peer_cells]) + " |")
@@ -468,9 +519,13 @@ def build_report(outcomes: list[Outcome], peers: dict[str, Any], args: argparse.
 
 def headline_numbers(outcomes: list[Outcome], fault_rows: list, healthy_rows: list, peer_names: Sequence[str],
                      args: argparse.Namespace, commit: str, dirty: bool, wall: float) -> dict[str, Any]:
-    steps = [s for _, s, _ in fault_rows if s["shape"] == "step"]
-    ramps = [s for _, s, _ in fault_rows if s["shape"] == "ramp"]
+    scored = [s for _, s, _ in fault_rows if not s["no_effect"]]
+    steps = [s for s in scored if s["shape"] == "step"]
+    ramps = [s for s in scored if s["shape"] == "ramp"]
     caught = sum(s["detected"] for s in steps)
+    caught_nb = sum(s["detected_nb"] for s in steps)
+    lats_nb = [s["latency_nb"] for s in steps if s["latency_nb"] is not None]
+    counts_nb = {k: sum(s[k] for _, s, _ in healthy_rows) for k in ("baseline", "baseline_orange")}
     lats = [s["latency"] for s in steps if s["latency"] is not None]
     counts = {k: sum(s[k] for _, s, _ in healthy_rows) for k in SEVERITIES}
     healthy_steps = sum(o.steps for o, _, _ in healthy_rows)
@@ -485,7 +540,17 @@ def headline_numbers(outcomes: list[Outcome], fault_rows: list, healthy_rows: li
         "ramps_caught": f"{sum(s['detected'] for s in ramps)}/{len(ramps)}",
         "ramps_caught_before_2x_spread": f"{sum(bool(s.get('in_time')) for s in ramps)}/{len(ramps)}",
         "healthy": {"runs": len(healthy_rows), "steps": healthy_steps, **counts,
-                    "orange_per_1000_steps": round(per_k, 2) if per_k is not None else None},
+                    "orange_per_1000_steps": round(per_k, 2) if per_k is not None else None,
+                    "of_which_baseline_detector": counts_nb["baseline"],
+                    "of_which_baseline_detector_orange": counts_nb["baseline_orange"]},
+        "without_baseline": {
+            "step_faults_caught": f"{caught_nb}/{len(steps)}",
+            "step_faults_caught_pct": round(100.0 * caught_nb / len(steps), 1) if steps else None,
+            "median_latency_from_divergence": statistics.median(lats_nb) if lats_nb else None,
+            "ramps_caught": f"{sum(s['detected_nb'] for s in ramps)}/{len(ramps)}",
+            "ramps_caught_before_2x_spread": f"{sum(bool(s.get('in_time_nb')) for s in ramps)}/{len(ramps)}"},
+        "baseline_runs": "none (--quick)" if args.quick else f"healthy run of seed {BASELINE_SEED} per config",
+        "no_effect_runs": sorted(o.job.key for o, s, _ in fault_rows if s["no_effect"]),
         "targets": {"step_caught_ge_90pct": _pass(pct is not None and pct >= TARGETS["step_caught_pct"], pct),
                     "median_latency_le_5": _pass(med is not None and med <= TARGETS["median_latency"], med),
                     "healthy_no_red_black": _pass(counts["red"] + counts["black"] == 0, healthy_steps or None),
@@ -515,13 +580,19 @@ def _pass(ok: bool, value: Any) -> str:
 
 
 def _headline_sentence(h: dict[str, Any]) -> str:
-    hh = h["healthy"]
+    hh, nb = h["healthy"], h["without_baseline"]
     return (f"step faults caught by an expected detector **{h['step_faults_caught']}** "
             f"({h['step_faults_caught_pct']}%), median latency from the first divergence "
             f"**{h['median_latency_from_divergence']}** steps; ramps caught {h['ramps_caught']}, before their "
             f"metric moved 2x its healthy spread **{h['ramps_caught_before_2x_spread']}**; healthy runs "
             f"({hh['runs']} runs, {hh['steps']} steps): yellow {hh['yellow']}, orange {hh['orange']}, red "
-            f"{hh['red']}, black {hh['black']} (**{hh['orange_per_1000_steps']}** orange per 1,000 steps).")
+            f"{hh['red']}, black {hh['black']} (**{hh['orange_per_1000_steps']}** orange per 1,000 steps; of "
+            f"these findings {hh['of_which_baseline_detector']} from the baseline detector, "
+            f"{hh['of_which_baseline_detector_orange']} of them orange+). Without the baseline run (the `baseline` "
+            f"detector's findings set aside): step faults caught **{nb['step_faults_caught']}** "
+            f"({nb['step_faults_caught_pct']}%), median latency {nb['median_latency_from_divergence']}; ramps "
+            f"{nb['ramps_caught']}, in time {nb['ramps_caught_before_2x_spread']}. Fault runs that changed no "
+            f"metric (not scored): {', '.join(h['no_effect_runs']) or 'none'}.")
 
 
 def write_docs(path: Path, text: str) -> None:
@@ -538,8 +609,9 @@ def write_docs(path: Path, text: str) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--split", choices=sorted(SPLITS), default="calibration",
-                   help="calibration: seeds 0-4 (tuning allowed); evaluation: seeds 100-104 (refuses to run with "
-                        "uncommitted detector changes)")
+                   help="calibration: seeds 0-4 and calibration-b: seeds 100-104 (the first evaluation split, "
+                        "spent: tuning allowed); evaluation: seeds 200-204 (refuses to run with uncommitted detector "
+                        "changes)")
     p.add_argument("--quick", action="store_true", help="smoke test: lr_spike (late, resumed from the twin), "
                    "nan_reward (onset 0), ref_prompt_template, 1 short PPO twin; the split's first seed, 8 prompts")
     p.add_argument("--faults", nargs="*", help="only these faults (default: all)")
@@ -556,8 +628,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--docs", type=Path, default=None, help=f"write the tables into this file between markers "
                    f"(default: {DOCS.relative_to(ROOT)} unless --quick)")
     args = p.parse_args(argv)
-    if args.seeds is not None and args.split != "calibration":
-        p.error("--seeds is for the calibration split only: the evaluation runs every seed of its split")
+    if args.seeds is not None and args.split not in TUNING_SPLITS:
+        p.error("--seeds is for the calibration splits only: the evaluation runs every seed of its split")
     if args.peers_python is None and (ROOT / ".benchvenv-peers" / "bin" / "python").exists():
         args.peers_python = str(ROOT / ".benchvenv-peers" / "bin" / "python")
     if args.docs is None and not args.quick:

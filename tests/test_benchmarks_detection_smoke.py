@@ -73,14 +73,22 @@ def _benchmark_modules():
         sys.path.remove(str(ROOT / "benchmarks"))
 
 
-@pytest.mark.parametrize("split", ["calibration", "evaluation"])
+@pytest.mark.parametrize("split", ["calibration", "calibration-b", "evaluation"])
 def test_every_fault_sees_several_variants_and_the_split_fits_the_budget(split):
     _, grid = _benchmark_modules()
     jobs = grid.make_jobs(split, None, False)
     faults_jobs = [j for j in jobs if j.fault]
-    twins = {j.key: j for j in jobs if not j.fault}
+    twins = {j.key: j for j in jobs if not j.fault and j.role == "twin"}
+    baselines = {j.key: j for j in jobs if j.role == "baseline"}
     assert len(twins) == 20 and all(t.steps == 200 for t in twins.values()) and len(faults_jobs) == 16 * 5
-    assert {j.seed for j in jobs} == set(grid.SPLITS[split])
+    assert {j.seed for j in jobs if j.role == "twin"} == set(grid.SPLITS[split])
+    # the baseline of each config: the calibration seed 0's healthy run, never a twin of this split's runs
+    # (in the calibration split it is seed 0's own twin)
+    if split == "calibration":
+        assert not baselines and all(grid.baseline_key(c) in twins for c in grid.CONFIGS)
+    else:
+        assert sorted(baselines) == sorted(grid.baseline_key(c) for c in grid.CONFIGS)
+        assert all(b.seed == grid.BASELINE_SEED not in grid.SPLITS[split] and b.steps == 200 for b in baselines.values())
     for name in {j.fault for j in faults_jobs}:
         mine = [j for j in faults_jobs if j.fault == name]
         assert {j.variant.onset_class for j in mine} == {"zero", "early", "late"}, name
@@ -96,7 +104,7 @@ def test_every_fault_sees_several_variants_and_the_split_fits_the_budget(split):
             assert 10 <= j.variant.onset <= 30 or 105 <= j.variant.onset <= 125
             assert j.resume_step == j.variant.onset - 2 and j.resume_step in twin.checkpoints
     trained = sum(j.steps - (j.resume_step or 0) for j in jobs)
-    assert trained <= 6_000  # ~50 min on 2 workers at ~1 s per step
+    assert trained <= 6_000 + 4 * 200  # ~50-60 min on 2 workers at ~1 s per step
     assert Counter(j.variant.shape for j in faults_jobs)["ramp"] >= 20
 
 

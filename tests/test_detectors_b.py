@@ -710,3 +710,28 @@ def test_rm_staleness_length_in_characters_counts_too():
         steps.append(({"reward/mean": 0.0, "reward/std": 1.0}, batch))
     step, cond = first(make("rm_staleness"), steps, key="length_correlation")
     assert 10 <= step <= 14 and cond.evidence["length_unit"] == "characters"
+
+
+def test_rm_component_bias_a_sparse_component_being_learned_is_yellow_a_biased_head_orange():
+    # GRPO 'harmlessness' pays 1 on a few samples and 0 on the rest; the policy learns to earn it:
+    # its mean rises alone, but the typical sample (the median) stays at 0 -- not a biased head
+    rng = np.random.default_rng(7)
+
+    def run(learned: bool):
+        steps = []
+        for i in range(40):
+            p = (0.38 if i >= 25 else 0.03) if learned else 0.03
+            shift = -0.5 if (not learned and i >= 25) else 0.0
+            comps = [{"helpfulness": float(rng.choice([0.0, 1.0])) + shift,
+                      "harmlessness": float(rng.random() < p), "format": float(rng.choice([0.0, 1.0]))}
+                     for _ in range(32)]
+            metrics = {"reward/std": 0.6, **{f"reward/{c}/mean": float(np.mean([x[c] for x in comps]))
+                                             for c in comps[0]}}
+            steps.append((metrics, [sample(i, j, 0.0, components=c) for j, c in enumerate(comps)]))
+        return conditions(make("rm_component_bias"), steps)
+
+    learned = run(True)
+    assert learned and {c.severity for c in learned} == {"yellow"} and {c.key for c in learned} == {"harmlessness"}
+    assert "not a biased head" in learned[0].message and learned[0].evidence["sample_median_shift"] == 0
+    biased = run(False)
+    assert biased and biased[0].severity == "orange" and biased[0].key == "helpfulness"

@@ -45,7 +45,7 @@ def test_a_condition_is_raised_once_escalated_once_and_resolved_after_resolve_af
     findings = feed(engine, [{"kl/mean": 0.5}] * 10 + [{"kl/mean": 1.8}] * 10
                     + [{"kl/mean": 3.0}] * 10 + [{"kl/mean": 0.5}] * 10)
     got = [(f.step, f.status, f.severity) for f in findings]
-    assert got == [(12, "raised", "yellow"), (21, "escalated", "red"), (32, "resolved", "red")]
+    assert got == [(12, "raised", "yellow"), (22, "escalated", "red"), (32, "resolved", "red")]
     assert findings[0].incident == findings[1].incident == findings[2].incident
     assert findings[2].evidence["raised_step"] == 12
     assert engine.status["kl_tiers"] == "ok" and engine.active() == {}

@@ -76,9 +76,15 @@ class DiagnosticsConfig(Config):
     detectors: Mapping[str, Mapping[str, Any]] = option(
         default_factory=dict, help="Per-detector threshold overrides: <detector>.<field>: value.")
     policy: PolicyConfig = option(default_factory=PolicyConfig, help="Severity → actions.")
+    baseline: str = option("", help="A healthy run of the same recipe to compare with step by "
+                           "step (the `baseline` detector), as STORE_URI#RUN_ID; \"\" = none.")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.baseline:
+            from rlcockpit.diagnostics.baseline import parse_ref
+
+            parse_ref(self.baseline)  # fail fast on a malformed reference
         self.detector_configs()  # fail fast: unknown detectors and bad thresholds
 
     def detector_configs(self) -> dict[str, Any]:

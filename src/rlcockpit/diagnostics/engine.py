@@ -66,12 +66,19 @@ class Engine:
         self._changes: deque[dict[str, Any]] = deque(maxlen=CHANGES_KEPT)
 
     @classmethod
-    def from_config(cls, config: DiagnosticsConfig | None = None, **kwargs: Any) -> Engine:
+    def from_config(cls, config: DiagnosticsConfig | None = None, *, baseline: Any = None,
+                    **kwargs: Any) -> Engine:
+        """Every enabled detector with its config; ``baseline`` (a
+        :class:`~rlcockpit.diagnostics.baseline.Baseline`, loaded by the caller from
+        ``config.baseline``) goes to the detectors that compare with one."""
         from rlcockpit.diagnostics import registry
 
         config = config or DiagnosticsConfig()
         found = registry.available()
         dets = [found[name](cfg) for name, cfg in config.detector_configs().items()]
+        for det in dets:
+            if baseline is not None and hasattr(det, "set_baseline"):
+                det.set_baseline(baseline)
         return cls(dets, config, **kwargs)
 
     # ------------------------------------------------------------------ per step

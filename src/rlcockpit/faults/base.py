@@ -104,7 +104,8 @@ class LiveChange:
 @dataclass(frozen=True)
 class Fault:
     """One injectable failure. ``expected`` names the detectors or detector families that should
-    fire and ``drives`` the metric the fault moves (both used by the benchmark only)."""
+    fire, ``drives`` the metric the fault moves and ``baseline_keys`` the metrics whose comparison
+    with a baseline run counts as its detection (all used by the benchmark only)."""
 
     name: str
     description: str
@@ -122,6 +123,9 @@ class Fault:
     shapes: tuple[str, ...] = SHAPES  # the shapes this fault comes in
     algos: tuple[str, ...] = ("ppo", "grpo")  # the algorithms it means something for
     drives: str = ""  # catalog name of the metric the fault moves (ramps are judged against it)
+    # the metrics the fault moves, as keys of the `baseline` detector (a finding comparing the run with a
+    # healthy run of the same recipe counts for the fault when it names one of them)
+    baseline_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.onset < 0 or self.onset == 1:

@@ -9,6 +9,7 @@ four change no logged hyper-parameter: only the reward or the reference model is
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from rlcockpit.faults.base import Fault, LiveChange, RewardFault
@@ -157,3 +158,27 @@ FAULTS: tuple[Fault, ...] = (
                 "how": f"step hook at the onset: the reference wrapped to see {SHORT_PREFIX!r} before the prompt"},
           drives="kl/mean"),
 )
+
+KL_KEYS = ("kl/token_mean", "kl/mean")
+# What each fault moves, in the `baseline` detector's keys (a finding on another metric does not count):
+# the behaviour the fault's description names, not whatever else happens to differ.
+BASELINE_KEYS: dict[str, tuple[str, ...]] = {
+    "lr_spike": ("policy/approx_kl", "policy/clip_frac", *KL_KEYS, "policy/entropy", "grad/norm/actor"),
+    "kl_coef_zero_with_hackable_reward": ("reward/mean", *KL_KEYS),
+    "reward_scale_spike": ("reward/std", "reward/mean", "value/loss"),
+    "ref_synced_to_actor": KL_KEYS,
+    "length_reward": ("response/length_mean", "reward/mean"),
+    "entropy_collapse": ("policy/entropy",),
+    "critic_lr_spike": ("value/loss", "grad/norm/critic"),
+    "rm_component_bias": ("reward/mean",),
+    "too_many_ppo_epochs": ("policy/approx_kl", "policy/clip_frac", *KL_KEYS),
+    "kl_coef_huge": (*KL_KEYS, "value/loss"),
+    "nan_reward": (),
+    "category_reward_drop": ("reward/mean",),
+    "rm_bias_drift": ("reward/mean",),
+    "hedge_reward": ("reward/mean",),
+    "ref_perturbed": KL_KEYS,
+    "ref_prompt_template": KL_KEYS,
+}
+FAULTS = tuple(replace(f, baseline_keys=BASELINE_KEYS[f.name]) for f in FAULTS)
+

@@ -10,8 +10,9 @@ least 0.05 nats per token (the upper end of the seeds' 0.01–0.05 comfort zone)
 against the level before it, a slow healthy rise moves the level with it (``kl_trend`` judges
 slow drifts).
 Default thresholds (001 Q12, all relative): yellow when KL > 1.5× the scale for 3 consecutive
-steps; red when KL > 2.5× for 2 consecutive steps (one noisy batch must not pause a run: a healthy
-tiny GRPO run peaks at 2.3× its target); black when KL > 10× for 2 consecutive steps (the seed's
+steps; red when KL > 2.5× for 3 consecutive steps (noisy batches must not pause a run: healthy
+tiny GRPO runs, fixed or adaptive KL, spike to 3–9× their target for one step and to 3.9× and 4.3×
+for two steps in a row — seed 102, adaptive KL, 200 steps); black when KL > 10× for 2 consecutive steps (the seed's
 absolute bound 0.2–0.5 is 10× its 0.02–0.05 target; two steps, so one spike of a sampled
 estimator never stops a run).
 Scale assumptions: none in nats — only ratios. Real-run corpus (docs/detection.md): TRL per-token
@@ -43,7 +44,7 @@ class KLTiersConfig(Config):
     yellow_ratio: float = option(1.5, help="Yellow when KL > this × target ...", range=(1.0, 1e3))
     yellow_steps: int = option(3, help="... for this many consecutive steps.", range=(1, 1000))
     red_ratio: float = option(2.5, help="Red when KL > this × target ...", range=(1.0, 1e3))
-    red_steps: int = option(2, help="... for this many consecutive steps.", range=(1, 1000))
+    red_steps: int = option(3, help="... for this many consecutive steps.", range=(1, 1000))
     black_ratio: float = option(10.0, help="Black when KL > this × target ...", range=(1.0, 1e6))
     black_steps: int = option(2, help="... for this many consecutive steps.", range=(1, 1000))
     comfort_steps: int = option(COMFORT_STEPS, help="No target: the median of this many recent "
