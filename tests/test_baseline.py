@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -120,3 +121,62 @@ def test_the_engine_hands_the_baseline_to_the_detector_and_names_the_metric():
 def test_thresholds_are_validated_with_a_fix_it_message():
     with pytest.raises(ConfigError, match="ratio_orange"):
         DiagnosticsConfig(detectors={"baseline": {"ratio_yellow": 5.0, "ratio_orange": 2.0}})
+
+
+# ---------------------------------------------------------------------------- doctor and trainer
+
+
+def _record(store: str, name: str, rows: list[dict]) -> str:
+    import rlcockpit
+
+    run = rlcockpit.init(project="baseline-test", name=name, store=store)
+    for step, row in enumerate(rows, start=1):
+        run.log(step, row)
+    run.close()
+    return run.run_id
+
+
+def test_doctor_compares_a_run_with_a_baseline_run_and_names_what_moved(tmp_path, capsys):
+    from rlcockpit.cli import main
+
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    good = _record(store, "good", healthy_rows(60, seed=1))
+    new = _record(store, "new", healthy_rows(60, seed=2, scale={"policy/approx_kl": 30.0}))
+    same = _record(store, "same-recipe", healthy_rows(60, seed=3))
+    assert main(["doctor", "--store", store, "--run", new, "--baseline", good, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    found = [f for f in report["findings"] if f["detector"] == "baseline"]
+    assert found and found[0]["evidence"]["key"] == "policy/approx_kl" and found[0]["severity"] == "orange"
+    assert main(["doctor", "--store", store, "--run", same, "--baseline", f"{store}#{good}", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert not [f for f in report["findings"] if f["detector"] == "baseline"]
+    cov = {c["detector"]: c for c in report["coverage"]["detectors"]}
+    assert cov["baseline"]["state"] == "ran"
+    # without a baseline the detector is skipped, and the coverage table says so
+    main(["doctor", "--store", store, "--run", new, "--json"])
+    cov = {c["detector"]: c for c in json.loads(capsys.readouterr().out)["coverage"]["detectors"]}
+    assert cov["baseline"]["state"] == "skipped"
+
+
+def test_a_baseline_that_does_not_exist_stops_the_setup_with_a_fix_it_message(tmp_path):
+    from rlcockpit.diagnostics.baseline import load_baseline_ref
+    from rlcockpit.store import open_store
+
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    _record(store, "good", healthy_rows(10))
+    with pytest.raises(ConfigError, match="no run 'nope'.*rlcockpit runs"):
+        load_baseline_ref(f"{store}#nope", open_store)
+    with pytest.raises(ConfigError, match="cannot open the store"):
+        load_baseline_ref(f"sqlite:///{tmp_path / 'missing.db'}#x", open_store)
+
+
+def test_the_trainer_reads_its_baseline_once_at_setup_and_refuses_a_wrong_one(tmp_path):
+    from rlcockpit.trainer.diagnosis import Diagnosis
+
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    good = _record(store, "good", healthy_rows(30))
+    diag = Diagnosis(DiagnosticsConfig(baseline=f"{store}#{good}"))
+    det = next(d for d in diag.engine.detectors if d.name == "baseline")
+    assert det.baseline is not None and det.baseline.last_step == 30
+    with pytest.raises(ConfigError, match="no run"):
+        Diagnosis(DiagnosticsConfig(baseline=f"{store}#not-a-run"))

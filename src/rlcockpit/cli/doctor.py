@@ -16,6 +16,8 @@ EPILOG = """examples:
   rlcockpit doctor --import trainer_state.json completions/ --store imported.db
   rlcockpit doctor --import train.jsonl --map Reward=reward/mean --store imported.db
   rlcockpit doctor --store runs.db diagnostics.detectors.kl_tiers.red_ratio=3
+  rlcockpit doctor --store runs.db --run NEW --baseline GOOD      (compare with a good run)
+  rlcockpit doctor --store new.db --baseline sqlite:///old.db#GOOD
 
 Exit code 2 when a red or black finding exists (use it to fail a CI job), 0 otherwise.
 Imported TRL / verl / TensorBoard runs get the same diagnosis: their metric keys are renamed to
@@ -36,6 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="first import these foreign logs into --store (as `rlcockpit import`)")
     add_mapping_arguments(p)
     p.add_argument("--config", help="YAML with a `diagnostics:` section (thresholds, disabled)")
+    p.add_argument("--baseline", metavar="[STORE#]RUN",
+                   help="a healthy run of the same recipe to compare with step by step (the "
+                        "`baseline` detector): a run id in --store, or STORE_URI#RUN_ID "
+                        "(= diagnostics.baseline)")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--markdown", metavar="FILE", help="also write a Markdown report")
     p.add_argument("--json", action="store_true", help="print the report as JSON (no table)")
@@ -64,7 +70,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from rlcockpit.diagnostics import report as reports
     from rlcockpit.store import open_store
 
-    config = load_diagnostics_config(args.config, args.overrides)
+    overrides = list(args.overrides)
+    if args.baseline:
+        ref = args.baseline if "#" in args.baseline else f"{args.store}#{args.baseline}"
+        overrides.append(f"diagnostics.baseline={ref}")
+    config = load_diagnostics_config(args.config, overrides)
     if not args.import_paths and (args.key_map or args.map_file or args.step_key):
         from rlcockpit.errors import ConfigError
 
@@ -91,13 +101,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _diagnose(reader: Any, run_id: str, config: Any, args: argparse.Namespace) -> Any:
     from rich.progress import Progress
 
+    from rlcockpit.diagnostics.baseline import load_baseline_ref
     from rlcockpit.diagnostics.offline import diagnose_run
+    from rlcockpit.store import open_store
 
+    baseline = load_baseline_ref(config.baseline, open_store) if config.baseline else None
     if args.json:
-        return diagnose_run(reader, run_id, config, with_samples=not args.no_samples)
+        return diagnose_run(reader, run_id, config, with_samples=not args.no_samples,
+                            baseline=baseline)
     with Progress(transient=True) as bar:
         task = bar.add_task(f"diagnosing {run_id}", total=None)
         return diagnose_run(reader, run_id, config, with_samples=not args.no_samples,
+                            baseline=baseline,
                             progress=lambda done, total: bar.update(task, completed=done,
                                                                     total=total))
 

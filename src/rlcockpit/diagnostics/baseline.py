@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rlcockpit.errors import ConfigError
@@ -91,3 +91,27 @@ def load_baseline(reader: StoreReader, run_id: str, *, label: str = "") -> Basel
         raise ConfigError(f"the baseline run {run_id!r} logged none of {', '.join(METRICS)}; "
                           "choose a run of the same recipe that trained (rlcockpit runs)")
     return base
+
+
+def load_baseline_ref(ref: str, open_store: Callable[..., object]) -> Baseline:
+    """``"STORE_URI#RUN_ID"`` read into a :class:`Baseline`. ``open_store`` is
+    :func:`rlcockpit.store.open_store` (passed in: diagnostics sees only the store protocol).
+    Fails fast, with a fix-it message, when the store or the run does not exist."""
+    from rlcockpit.errors import NotFoundError, StoreError
+
+    uri, run_id = parse_ref(ref)
+    try:
+        reader = open_store(uri, create=False, read_only=True).reader()  # type: ignore[attr-defined]
+    except (StoreError, NotFoundError, OSError) as exc:
+        raise ConfigError(f"diagnostics.baseline={ref!r}: cannot open the store {uri!r} ({exc}); "
+                          "give the store of a finished run of the same recipe") from exc
+    try:
+        known = {r.run_id for r in reader.list_runs()}
+        if run_id not in known:
+            listed = ", ".join(sorted(known)[:5]) or "none"
+            raise ConfigError(f"diagnostics.baseline={ref!r}: the store has no run {run_id!r} "
+                              f"(runs there: {listed}; `rlcockpit runs --store {uri}` lists them)")
+        return load_baseline(reader, run_id)
+    finally:
+        reader.close()
+

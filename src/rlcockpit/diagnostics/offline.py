@@ -69,10 +69,13 @@ def iter_steps(reader: StoreReader, run_id: str, *, with_samples: bool = True
 
 def diagnose_run(reader: StoreReader, run_id: str, config: DiagnosticsConfig | None = None, *,
                  with_samples: bool = True,
-                 progress: Callable[[int, int], Any] | None = None) -> DoctorReport:
-    """Replay a stored run through a fresh engine; ``progress(done, total)`` after each step."""
+                 progress: Callable[[int, int], Any] | None = None,
+                 baseline: Any = None) -> DoctorReport:
+    """Replay a stored run through a fresh engine; ``progress(done, total)`` after each step;
+    ``baseline``: a :class:`~rlcockpit.diagnostics.baseline.Baseline` for the baseline detector."""
     run = reader.get_run(run_id)
-    engine = Engine.from_config(config or DiagnosticsConfig(), incident_prefix="doc")
+    engine = Engine.from_config(config or DiagnosticsConfig(), incident_prefix="doc",
+                                baseline=baseline)
     steps = list(iter_steps(reader, run_id, with_samples=with_samples))
     found: list[FindingRecord] = []
     n_samples = 0

@@ -61,8 +61,8 @@ class Diagnosis:
         self.gradstats = gradstats
         self.notifier = notifier
         self.policy = Policy(config.policy)
-        self.engine = Engine.from_config(config, incident_prefix=f"inc-{secrets.token_hex(2)}") \
-            if config.enabled else None
+        self.engine = Engine.from_config(config, incident_prefix=f"inc-{secrets.token_hex(2)}",
+                                         baseline=_baseline(config)) if config.enabled else None
         self.history: deque[tuple[int, dict[str, float]]] = deque(maxlen=HISTORY_STEPS)
         self.last_samples: deque[SampleRecord] = deque(maxlen=LAST_SAMPLES)
         self.step_samples: dict[int, list[SampleRecord]] = {}
@@ -322,3 +322,15 @@ def restore(trainer: Any, path: Path) -> int:
     trainer.last_checkpoint = str(path)
     (path.parent.parent / "latest").write_text(str(path.resolve()), encoding="utf-8")
     return int(state["step"])
+
+
+def _baseline(config: DiagnosticsConfig) -> Any:
+    """The run named by ``diagnostics.baseline``, read once at setup (fail fast: a wrong reference
+    stops the run before its first step, with a fix-it message)."""
+    if not config.baseline:
+        return None
+    from rlcockpit.diagnostics.baseline import load_baseline_ref
+    from rlcockpit.store import open_store
+
+    return load_baseline_ref(config.baseline, open_store)
+
