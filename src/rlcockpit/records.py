@@ -189,6 +189,16 @@ def json_safe(v: Any) -> Any:
     return v
 
 
+def state_digest(record: Any) -> str:
+    """sha256 of a record's canonical JSON: the state of a ticket or user an audit entry vouches for."""
+    import hashlib
+    import json
+
+    canonical = json.dumps(json_safe(to_dict(record)), sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 MAX_TEXT = 2000  # characters of one text kept in an audit entry or an error body
 MAX_ITEMS = 50  # list items or mapping keys kept
 INT64 = (-(2**63), 2**63 - 1)

@@ -25,7 +25,7 @@ def register(subparsers: Any) -> None:
 def _control(uri: str) -> Any:
     from rlcockpit.store import open_store
 
-    return open_store(uri, create=False).control()
+    return open_store(uri, read_only=True).control()  # verify and export never write
 
 
 def _verify(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ def run_rows(store_uri: str) -> list[dict]:
     """One dict per run, newest first (what the table and --json show)."""
     from rlcockpit.store import open_store
 
-    reader = open_store(store_uri, create=False).reader()
+    reader = open_store(store_uri, read_only=True).reader()  # listing never writes
     try:
         rows = []
         for run in reader.list_runs():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlcockpit.control.audit import ChainCheck
 from rlcockpit.control.channel import Channel
 from rlcockpit.control.config import ControlConfig
 from rlcockpit.control.errors import AuthError, ConflictError, ForbiddenError, TicketError
@@ -28,13 +29,14 @@ class ControlPlane:
     users: Users
     tickets: Tickets
     refusals: RefusalLog
+    chain: ChainCheck  # the audit chain, verified incrementally for GET /api/audit?check=true
 
     @classmethod
     def over(cls, store: ControlStore, runs: StoreReader, *, refusals: RefusalLog | None = None
              ) -> ControlPlane:
         """``refusals``: how refused attempts are audited (default: a 60 s window, burst 10)."""
         refusals = refusals or RefusalLog(store)
-        return cls(store, runs, Users(store), Tickets(store, runs, refusals), refusals)
+        return cls(store, runs, Users(store), Tickets(store, runs, refusals), refusals, ChainCheck(store))
 
 
 __all__ = [

@@ -12,7 +12,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
 
 from rlcockpit.control import ControlPlane, Principal
-from rlcockpit.control.audit import verify
 from rlcockpit.control.errors import TicketError
 from rlcockpit.records import TICKET_STATUSES, to_dict
 from rlcockpit.server.params import I64_MAX, I64_MIN
@@ -117,12 +116,14 @@ def live(run: str, who: Viewer, plane: Plane,
 @router.get("/audit", summary="The audit log (append-only, hash-chained), oldest first")
 def audit(who: Viewer, plane: Plane, run: str | None = None,
           after: Annotated[int, Query(ge=0, le=I64_MAX)] = 0, limit: Annotated[int, Query(ge=1, le=10000)] = 500,
-          check: Annotated[bool, Query(description="also verify the whole chain")] = False) -> SafeJSONResponse:
+          check: Annotated[bool, Query(description="also verify the chain (incrementally: the entries "
+                                                   "since the last check; all of it every 5 minutes)")
+                           ] = False) -> SafeJSONResponse:
     plane.refusals.flush()  # the counts of finished refusal windows, before reading
     items = plane.store.read_audit(run_id=run, after_seq=after, limit=limit)
     body: dict[str, Any] = {"items": [to_dict(e) for e in items]}
     if check:
-        result = verify(plane.store)
+        result = plane.chain.check()
         body["verify"] = {"ok": result.ok, "entries": result.entries, "broken_seq": result.broken_seq,
                           "message": result.message()}
     return json_response(body)

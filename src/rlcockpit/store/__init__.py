@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from rlcockpit.store.sqlite import SqliteStore
 
 
-def open_store(uri: str | Path, *, create: bool = True) -> SqliteStore:
+def open_store(uri: str | Path, *, create: bool = True, read_only: bool = False) -> SqliteStore:
     """Open (and create or upgrade) the store at ``uri``; fail fast with a fix when it cannot.
 
     Accepted: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, or a bare file
@@ -34,12 +34,17 @@ def open_store(uri: str | Path, *, create: bool = True) -> SqliteStore:
     ``create=False`` a missing file is an error instead of a new empty store (for read-only
     tools such as ``rlcockpit runs``). Raises :class:`~rlcockpit.errors.StoreError` for an unknown
     scheme (listing the valid ones), a directory, a missing or unwritable directory, a file that
-    is not an rlcockpit store, or a store written by a newer rlcockpit.
+    is not an rlcockpit store, or a store written by a newer rlcockpit. An existing empty file is
+    refused unless ``create`` (it is never turned into a store by a tool that only reads).
+
+    ``read_only=True`` (``rlcockpit runs``, ``audit verify``): never writes — no migration, no
+    journal-mode change — and works on a file or directory this user cannot write; only
+    ``reader()`` and the control store's reads work.
     """
     parsed = parse_store_uri(uri)
     from rlcockpit.store.sqlite import SqliteStore
 
-    return SqliteStore(parsed, create=create)
+    return SqliteStore(parsed, create=create and not read_only, read_only=read_only)
 
 
 __all__ = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import urllib.parse
 from pathlib import Path
 
 from rlcockpit.errors import StoreError
@@ -22,7 +23,8 @@ DEFAULT_STALE_AFTER_S = 120.0
 PAGE_SIZE = 16384
 
 
-def connect(path: Path, *, busy_timeout_s: float, read_only: bool = False) -> sqlite3.Connection:
+def connect(path: Path, *, busy_timeout_s: float, read_only: bool = False,
+            file_read_only: bool = False) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, synchronous=NORMAL.
 
     synchronous=NORMAL in WAL mode keeps every committed transaction across a process crash
@@ -30,8 +32,11 @@ def connect(path: Path, *, busy_timeout_s: float, read_only: bool = False) -> sq
     because the telemetry creates its writer on the caller's thread and hands it to its writer
     thread; each connection is still used by one thread at a time.
     """
-    conn = sqlite3.connect(str(path), timeout=busy_timeout_s, isolation_level=None,
-                           check_same_thread=False)
+    target, uri = str(path), False
+    if file_read_only:  # opened read-only by SQLite itself; immutable when no -shm can be made
+        target, uri = _read_only_uri(path), True
+    conn = sqlite3.connect(target, timeout=busy_timeout_s, isolation_level=None,
+                           check_same_thread=False, uri=uri)
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA cache_size = -32768")  # 32 MiB page cache per connection
@@ -46,17 +51,23 @@ class SqliteStore:
     """An opened, validated and migrated SQLite store file. Cheap to hold; connections are made
     by :meth:`writer` and :meth:`reader`."""
 
-    def __init__(self, uri: StoreURI, *, create: bool = True) -> None:
+    def __init__(self, uri: StoreURI, *, create: bool = True, read_only: bool = False) -> None:
         self.uri = uri.text
         self.path = uri.path
+        self.read_only = read_only
         self.busy_timeout_s = float(uri.options.get("busy_timeout_s", DEFAULT_BUSY_TIMEOUT_S))
         self.stale_after_s = float(uri.options.get("stale_after_s", DEFAULT_STALE_AFTER_S))
-        _check_path(self.path, create=create)
-        self.schema_version = self._open_and_migrate()
+        _check_path(self.path, create=create, writable=not read_only)
+        if not create and _empty(self.path):
+            raise StoreError(f"{self.path} is an empty file, not an rlcockpit store; give the path "
+                             "of a store (a training run or `rlcockpit demo` makes one)",
+                             details={"path": str(self.path)})
+        self.schema_version = self._check_version() if read_only else self._open_and_migrate()
 
     def writer(self):
         from rlcockpit.store.sqlite_writer import SqliteWriter
 
+        self._refuse_if_read_only("write runs")
         return SqliteWriter(self._connect())
 
     def reader(self):
@@ -70,6 +81,28 @@ class SqliteStore:
 
         return SqliteControlStore(self._connect)
 
+    def _refuse_if_read_only(self, what: str) -> None:
+        if self.read_only:
+            raise StoreError(f"{self.path} was opened read-only; cannot {what}",
+                             details={"path": str(self.path)})
+
+    def _check_version(self) -> int:
+        """Read-only open: the file must already be a store of this schema version."""
+        conn = self._connect()
+        try:
+            version = current_version(conn)
+        except sqlite3.DatabaseError as exc:
+            raise _not_a_store(self.path, exc) from exc
+        finally:
+            conn.close()
+        if version != SCHEMA_VERSION:
+            what = "is not an rlcockpit store" if version == 0 else (
+                f"has store schema version {version}; this rlcockpit reads {SCHEMA_VERSION} "
+                + ("(upgrade rlcockpit)" if version > SCHEMA_VERSION else
+                   "(open it once with write access, e.g. `rlcockpit users list`, to upgrade it)"))
+            raise StoreError(f"{self.path} {what}", details={"path": str(self.path), "version": version})
+        return version
+
     def close(self) -> None:
         """Nothing to release: connections belong to the writers and readers."""
 
@@ -78,7 +111,8 @@ class SqliteStore:
 
     def _connect(self, read_only: bool = False) -> sqlite3.Connection:
         try:
-            return connect(self.path, busy_timeout_s=self.busy_timeout_s, read_only=read_only)
+            return connect(self.path, busy_timeout_s=self.busy_timeout_s,
+                           read_only=read_only or self.read_only, file_read_only=self.read_only)
         except sqlite3.OperationalError as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}; check the path and its "
                              "permissions", details={"path": str(self.path)}) from exc
@@ -123,13 +157,33 @@ def _validate_and_migrate(conn: sqlite3.Connection, path: Path) -> int:
     return migrate(conn)
 
 
-def _check_path(path: Path, *, create: bool) -> None:
+def _empty(path: Path) -> bool:
+    wal = Path(f"{path}-wal")
+    return path.stat().st_size == 0 and not (wal.exists() and wal.stat().st_size > 0)
+
+
+def _read_only_uri(path: Path) -> str:
+    """``file:...?mode=ro``; SQLite opens a WAL file read-only only when its -shm exists or can be
+    created, so in a directory this user cannot write the file is read as immutable."""
+    quoted = urllib.parse.quote(str(path.resolve()))
+    shm = Path(f"{path}-shm")
+    if shm.exists() or os.access(path.parent if str(path.parent) else ".", os.W_OK):
+        return f"file:{quoted}?mode=ro"
+    return f"file:{quoted}?mode=ro&immutable=1"
+
+
+def _check_path(path: Path, *, create: bool, writable: bool = True) -> None:
     """Fail fast with a fix for the common mistakes: a directory, a missing parent, no access."""
     shown = str(path)
     if path.is_dir():
         raise StoreError(f"store path {shown} is a directory; give a file inside it, e.g. "
                          f"sqlite:///{path / 'rlcockpit.db'}", details={"path": shown})
     if path.exists():
+        if not writable:
+            if not os.access(path, os.R_OK):
+                raise StoreError(f"store file {shown} is not readable by this user; fix its "
+                                 "permissions", details={"path": shown})
+            return
         if not os.access(path, os.R_OK | os.W_OK):
             raise StoreError(f"store file {shown} is not readable and writable by this user; fix "
                              "its permissions or choose another path", details={"path": shown})

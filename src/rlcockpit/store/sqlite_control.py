@@ -24,6 +24,7 @@ from rlcockpit.records import (
     TicketRecord,
     UserRecord,
     json_safe,
+    state_digest,
 )
 from rlcockpit.store.sqlite_conns import ThreadConnections
 
@@ -31,6 +32,7 @@ _USER_COLS = ("user_id", "name", "role", "key_id", "salt", "token_hash", "create
               "revoked_at")
 _TICKET_JSON = ("value", "previous", "effect")
 _TICKET_COLS = tuple(f.name for f in dataclasses.fields(TicketRecord))
+USER_ACTIONS = ("user_added", "user_revoked")  # entries that vouch for a user's row (details.name)
 _AUDIT_COLS = ("seq", "at", "actor", "action", "outcome", "run_id", "ticket_id", "details", "prev_hash",
                "hash")
 
@@ -200,12 +202,21 @@ class SqliteControlStore:
             return self._append(conn, entry)
 
     def _append(self, conn: sqlite3.Connection, entry: AuditEntry) -> AuditEntry:
-        """Inside an open write transaction: chain ``entry`` to the last row and insert it."""
+        """Inside an open write transaction: chain ``entry`` to the last row and insert it.
+
+        An entry about a ticket (``ticket_id``) or a user (``user_added`` / ``user_revoked``)
+        also carries the digest of that row as it stands now (``details.state``), so the chain
+        vouches for the ticket and user tables too: a row changed behind the control plane's
+        back no longer matches its last entry (``rlcockpit audit verify``)."""
         last = conn.execute("SELECT hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
         seq = self._next_seq(conn)
         prev = last[0] if last else AUDIT_GENESIS
+        details = json_safe(dict(entry.details))
+        state = _row_state(conn, entry)
+        if state is not None:
+            details["state"] = state
         entry = dataclasses.replace(entry, seq=seq, at=entry.at or time.time(), prev_hash=prev,
-                                    details=json_safe(dict(entry.details)))
+                                    details=details)
         entry = dataclasses.replace(entry, hash=entry.chain_hash(prev))
         conn.execute(f"INSERT INTO audit ({', '.join(_AUDIT_COLS)}) VALUES ({', '.join('?' * len(_AUDIT_COLS))})",
                      (entry.seq, entry.at, entry.actor, entry.action, entry.outcome, entry.run_id,
@@ -233,6 +244,18 @@ class SqliteControlStore:
     def audit_high_water(self) -> int:
         row = self._conn().execute("SELECT seq FROM sqlite_sequence WHERE name = 'audit'").fetchone()
         return int(row[0]) if row else 0
+
+
+def _row_state(conn: sqlite3.Connection, entry: AuditEntry) -> str | None:
+    if entry.ticket_id is not None:
+        row = conn.execute(f"SELECT {', '.join(_TICKET_COLS)} FROM tickets WHERE ticket_id = ?",
+                           (int(entry.ticket_id),)).fetchone()
+        return state_digest(_ticket(row)) if row else None
+    if entry.action in USER_ACTIONS and isinstance(entry.details.get("name"), str):
+        row = conn.execute(f"SELECT {', '.join(_USER_COLS)} FROM users WHERE name = ?",
+                           (entry.details["name"],)).fetchone()
+        return state_digest(_user(row)) if row else None
+    return None
 
 
 def _run_key(conn: sqlite3.Connection, run_id: str) -> int:

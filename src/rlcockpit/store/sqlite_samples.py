@@ -72,7 +72,14 @@ def _filters(run_key: int, q: SampleQuery) -> tuple[str, tuple]:
         clauses.append("(s.step, s.sample_id) IN (SELECT f.step, f.sample_id FROM sample_flags f "
                        "WHERE f.run_key = ? AND f.flag = ?)")
         args += [run_key, flag]
-    if q.text:
+    if q.text and "\x00" in q.text:
+        # LIKE reads its pattern as a C string: a NUL ends it, and '%<NUL>...' matched every
+        # sample. instr() and lower() compare the whole text (same ASCII case folding as LIKE).
+        clauses.append(
+            "EXISTS (SELECT 1 FROM sample_payloads t WHERE t.payload_id = s.payload_id AND "
+            "(instr(lower(t.prompt), lower(?)) > 0 OR instr(lower(t.response), lower(?)) > 0))")
+        args += [q.text, q.text]
+    elif q.text:
         pattern = "%" + q.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         clauses.append(
             "EXISTS (SELECT 1 FROM sample_payloads t WHERE t.payload_id = s.payload_id AND "

@@ -297,7 +297,7 @@ export class HistogramHeatmap {
     this.chart.setOption({
       animation: false,
       title: { text: this.title, left: 8, top: 4, textStyle: titleStyle },
-      tooltip: { confine: true, formatter: (p) => `${t("axis.step")} ${this.items[p.data[0]].step}<br>${yLabels[p.data[1]]}: ${(p.data[2] * 100).toFixed(1)}%` },
+      tooltip: { confine: true, formatter: (p) => `${t("axis.step")} ${escapeHtml(this.items[p.data[0]].step)}<br>${escapeHtml(yLabels[p.data[1]])}: ${(p.data[2] * 100).toFixed(1)}%` },
       grid: { left: 52, right: 18, top: 34, bottom: 26 },
       xAxis: { type: "category", data: this.items.map((it) => String(it.step)), axisLabel },
       yAxis: { type: "category", data: yLabels, axisLabel: { ...axisLabel, interval: 3 } },
@@ -328,7 +328,7 @@ export function matrixHeatmap(el, { title, xLabels, yLabels, matrix, diverging =
   chart.setOption({
     animation: false,
     title: { text: title, left: 8, top: 4, textStyle: titleStyle },
-    tooltip: { confine: true, formatter: (p) => `${yLabels[p.data[1]]} × ${xLabels[p.data[0]]}: ${fmt(p.data[2], 4)}` },
+    tooltip: { confine: true, formatter: (p) => `${escapeHtml(yLabels[p.data[1]])} × ${escapeHtml(xLabels[p.data[0]])}: ${escapeHtml(fmt(p.data[2], 4))}` },
     grid: { left: 90, right: 60, top: 34, bottom: 40 },
     xAxis: { type: "category", data: xLabels.map(String), axisLabel },
     yAxis: { type: "category", data: yLabels.map(String), axisLabel },
