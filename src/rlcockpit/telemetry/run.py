@@ -13,7 +13,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from rlcockpit.errors import ConfigError, NotFoundError
@@ -38,7 +38,8 @@ class Run:
         self.token_arrays = token_arrays
         self._drops = DropCounter(options.warn_interval_s)
         self._items: queue.Queue = queue.Queue(maxsize=options.queue_size)
-        self._closed = False
+        self._closed = self._closing = False
+        self._control: Any = None  # the loop's control link: rlcockpit.init(live_params=..., control=...)
         self._last_step: Any = info.last_step or 0
         self._close_lock = threading.Lock()
         self._thread = BackgroundWriter(store=store_writer, run_id=self.run_id, items=self._items,
@@ -50,7 +51,10 @@ class Run:
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Log scalar metrics of ``step`` (catalog names, e.g. ``reward/mean``)."""
-        self._put("metrics", step, dict(metrics), len(metrics))
+        metrics = dict(metrics)
+        if self._control is not None:
+            self._observe("observe", step, metrics)
+        self._put("metrics", step, metrics, len(metrics))
 
     def log_histogram(self, step: int, name: str, values: Any, bins: int | Sequence[float] = 64
                       ) -> None:
@@ -66,6 +70,8 @@ class Run:
     def log_samples(self, step: int, samples: Iterable[SampleRecord | Mapping[str, Any]]) -> None:
         """Log rollout samples of ``step`` (SampleRecord or dicts with its field names)."""
         items = [dict(s) if isinstance(s, Mapping) else s for s in samples]
+        if self._control is not None:
+            self._observe("observe_samples", step, items)
         self._put("samples", step, items, len(items))
 
     def event(self, step: int, kind: str, payload: Mapping[str, Any] | None = None) -> None:
@@ -96,6 +102,42 @@ class Run:
         # when the queue is full nothing is lost: the step completes on the next step or when idle
         with contextlib.suppress(queue.Full):
             self._items.put_nowait(("commit", step, None, 0.0))
+
+    # ------------------------------------------------------------------ tickets and commands
+
+    def pending_changes(self, step: int) -> Iterator[Any]:
+        """The approved tickets to carry out at the boundary after ``step`` (docs/integrations.md)::
+
+            for change in run.pending_changes(step):
+                if change.name == "lr":
+                    set_lr(change.value)
+                    change.applied()
+                else:
+                    change.failed("not supported by this loop")
+
+        Parameter changes and the ``checkpoint`` / ``rollback`` commands come to the loop; a pause
+        blocks here until it is resumed or stopped, a stop sets :attr:`stop_requested`. Needs a run
+        started with ``rlcockpit.init(..., live_params={...})`` or ``control=True`` (ConfigError
+        otherwise: a setup mistake); after that it never raises (store errors are logged)."""
+        if self._control is None:
+            raise ConfigError("this run takes no tickets: start it with rlcockpit.init(..., live_params="
+                              "{'lr': (1e-3, 1e-5, 1e-1)}) or rlcockpit.init(..., control=True) for commands "
+                              "only", details={"key": "live_params"})
+        return self._control.pending(step)
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once an approved ``stop`` command reached the loop (at a ``pending_changes`` boundary)."""
+        return bool(self._control is not None and self._control.stop_requested)
+
+    @property
+    def live_params(self) -> dict[str, Any]:
+        """The current values of the live parameters (after the changes the loop applied)."""
+        return dict(self._control.values) if self._control is not None else {}
+
+    def attach_control(self, control: Any) -> None:
+        """Give the run its control link (``rlcockpit.integrations.loop_control.attach`` does)."""
+        self._control = control
 
     # ------------------------------------------------------------------ control
 
@@ -129,9 +171,12 @@ class Run:
         """Write everything still queued, mark the run ``status`` and stop the writer thread.
         Idempotent; waits at most ``timeout`` (default ``options.close_timeout_s``)."""
         with self._close_lock:
-            if self._closed:
+            if self._closing:
                 return
-            self._closed = True
+            self._closing = True
+        if self._control is not None:
+            status = self._close_control(status)
+        self._closed = True
         atexit.unregister(self._at_exit)
         timeout = self.options.close_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
@@ -148,6 +193,26 @@ class Run:
                                       f"finish within {timeout}s")
             return
         self._count_unwritten()
+
+    def _close_control(self, status: str) -> str:
+        """A stop the loop obeyed ends the run as ``stopped``; what the control link still holds is
+        settled (effects measured, unreachable tickets failed) while the writer still runs."""
+        control, self._control = self._control, None
+        if status == "finished" and control.stop_requested:
+            status = "stopped"
+        try:
+            control.close(status)
+        except Exception as exc:  # fail soft: the run's own records matter more
+            self._drops.warn("control", f"rlcockpit telemetry: closing the control link of run "
+                                        f"{self.run_id} failed: {exc!r}")
+        return status
+
+    def _observe(self, method: str, step: Any, payload: Any) -> None:
+        try:
+            getattr(self._control, method)(step, payload)
+        except Exception as exc:  # fail soft: the effect measurement misses a step, nothing else
+            self._drops.warn("control", f"rlcockpit telemetry: control link of run {self.run_id} "
+                                        f"could not observe step {step}: {exc!r}")
 
     def _count_unwritten(self) -> None:
         """Items another thread enqueued while close() was running came after the shutdown

@@ -306,8 +306,8 @@ class Trainer:
         return every > 0 and (step % every == 0 or step == self.cfg.train.steps)
 
     def _open_run(self, run_id: str | None) -> Any:
-        import rlcockpit
-        from rlcockpit.telemetry import TokenArrayPolicy, new_run_id
+        # telemetry.init, not rlcockpit.init: the facade reaches the integrations (layering)
+        from rlcockpit.telemetry import TokenArrayPolicy, init, new_run_id
 
         t = self.cfg.telemetry
         policy = TokenArrayPolicy(recent_steps=t.token_arrays_recent_steps,
@@ -315,8 +315,8 @@ class Trainer:
         resume = run_id is not None
         run_id = run_id or new_run_id()
         name = self.cfg.name or f"{self.cfg.algo}-{run_id}"
-        return rlcockpit.init(project=self.cfg.project, name=name, store=t.store, config=to_dict(self.cfg),
-                              run_id=run_id, resume=resume, token_arrays=policy)
+        return init(project=self.cfg.project, name=name, store=t.store, config=to_dict(self.cfg),
+                    run_id=run_id, resume=resume, token_arrays=policy)
 
     def _step_metrics(self, state: StepState) -> dict[str, float]:
         live, c = self.live.params, self.c
