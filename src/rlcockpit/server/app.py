@@ -70,9 +70,35 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
 
         routes_control.include(app)
     mount_ui(app, Path(settings.static_dir) if settings.static_dir else BUNDLED_STATIC)
+    document_caps(app, settings)
     app.add_middleware(Guard, host_names=settings.host_names(), max_body_bytes=settings.max_body_bytes,
                        paths=lambda: app.openapi()["paths"])
     return app
+
+
+def document_caps(app: FastAPI, settings: ServerSettings) -> None:
+    """The OpenAPI schema states this server's limits (``max_points`` of series / compare and of
+    histograms), so a client (or Schemathesis) knows the largest value it may ask for."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for path, ops in schema["paths"].items():
+                cap = settings.max_histogram_points if path.endswith("/histograms") else settings.max_points
+                for op in ops.values():
+                    for param in op.get("parameters", []):
+                        if param["name"] == "max_points":
+                            _set_maximum(param["schema"], cap)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _set_maximum(schema: dict[str, Any], cap: int) -> None:
+    for option in schema.get("anyOf", [schema]):
+        if option.get("type") == "integer":
+            option["maximum"] = cap
 
 
 def mount_ui(app: FastAPI, static_dir: Path) -> None:

@@ -11,6 +11,13 @@ from rlcockpit.server.handlers import ParameterError
 I64_MIN, I64_MAX = INT64
 
 
+def csv_of(choices: tuple[str, ...]) -> str:
+    """A pattern for a comma-separated list of ``choices`` as :func:`csv` reads it (spaces and
+    empty items allowed), so the schema says which values are valid."""
+    one = " *(" + "|".join(choices) + ")? *"
+    return f"^{one}(,{one})*$"
+
+
 def csv(value: str | None) -> list[str]:
     """``"a, b,,c"`` -> ``["a", "b", "c"]``; ``None`` -> ``[]``."""
     if value is None:

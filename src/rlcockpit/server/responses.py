@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from rlcockpit.records import bounded, json_safe
 
@@ -37,6 +38,34 @@ def finite(values: Iterable[float | None]) -> list[float | None]:
     """A number list with NaN and ±inf as None (fast path for series)."""
     isfinite = math.isfinite
     return [v if v is not None and isfinite(v) else None for v in values]
+
+
+class ErrorInfo(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any]
+
+
+class ErrorBody(BaseModel):
+    """The one error shape of every route (documented in the OpenAPI schema per status)."""
+
+    error: ErrorInfo
+
+
+WHY = {400: "the Host header is not an allowed name (host_not_allowed)",
+       401: "no valid token (once the store has users) or a change without users",
+       403: "the caller's role is too low for this", 404: "no such run, sample, ticket or item",
+       409: "the ticket or run is not in a state that allows this",
+       413: "the request body is larger than max_body_bytes",
+       422: "a parameter or body field is invalid (the canonical error names it)",
+       503: "unavailable (the failure library is missing, or max_streams streams are open)",
+       504: "the request's store reads ran past query_timeout_s"}
+READ_ERRORS = (400, 401, 403, 404, 413, 422, 504)
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` of a router: each status with the canonical error body."""
+    return {s: {"model": ErrorBody, "description": WHY[s]} for s in statuses}
 
 
 def error_body(code: str, message: str, details: dict | None = None) -> dict:

@@ -11,14 +11,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
 
-from rlcockpit.control import ControlPlane, Principal
+from rlcockpit.control import COMMANDS, ControlPlane, Principal
 from rlcockpit.control.errors import TicketError
 from rlcockpit.records import TICKET_STATUSES, to_dict
-from rlcockpit.server.params import I64_MAX, I64_MIN
-from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.params import I64_MAX, I64_MIN, csv, csv_of
+from rlcockpit.server.responses import SafeJSONResponse, error_responses, json_response
 from rlcockpit.server.workers import nice_this_thread
 
-router = APIRouter(prefix="/api", tags=["control"], default_response_class=SafeJSONResponse)
+router = APIRouter(prefix="/api", tags=["control"], default_response_class=SafeJSONResponse,
+                   responses=error_responses(400, 401, 403, 404, 409, 413, 422))
 
 
 def _plane(request: Request) -> ControlPlane:
@@ -50,11 +51,29 @@ def _body(payload: dict[str, Any] | None, *required: str) -> dict[str, Any]:
     return data
 
 
+def _body_schema(required: list[str], **properties: dict[str, Any]) -> dict[str, Any]:
+    """The documented request body (the route reads a plain dict and checks it itself, so a
+    refusal is audited like every other refused attempt)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "required": required, "properties": properties}}}}}
+
+
+TEXT = {"type": "string", "minLength": 1, "maxLength": 2000}
+TICKET_BODY = _body_schema(["param", "value", "reason"], param={"type": "string", "minLength": 1,
+                           "description": "live parameter: kl_coef, kl.coef, trainer.kl.coef or kl/coef"},
+                           value={"type": "number", "description": "within the run's published range"},
+                           reason=TEXT)
+COMMAND_BODY = _body_schema(["command", "reason"], command={"type": "string", "enum": list(COMMANDS)},
+                            reason=TEXT, args={"type": "object", "description": "rollback: {step} or "
+                                               "{checkpoint}"})
+
+
 def _ticket(ticket: Any, status: int = 200) -> SafeJSONResponse:
     return json_response({"ticket": to_dict(ticket)}, status_code=status)
 
 
-@router.post("/runs/{run}/tickets", summary="Request a live-parameter change (operator)")
+@router.post("/runs/{run}/tickets", summary="Request a live-parameter change (operator)",
+             status_code=201, openapi_extra=TICKET_BODY)
 def request_ticket(run: str, who: Operator, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
     data = _body(payload, "param", "value")
     ticket = plane.tickets.request(who, run, data["param"], data["value"], data.get("reason", ""))
@@ -63,9 +82,10 @@ def request_ticket(run: str, who: Operator, plane: Plane, payload: JsonBody = No
 
 @router.get("/runs/{run}/tickets", summary="A run's tickets, oldest first")
 def list_tickets(run: str, who: Viewer, plane: Plane,
-                 status: Annotated[str | None, Query(description="comma-separated statuses")] = None,
+                 status: Annotated[str | None, Query(pattern=csv_of(TICKET_STATUSES),
+                                                     description="comma-separated statuses")] = None,
                  limit: Annotated[int, Query(ge=1, le=10000)] = 500) -> SafeJSONResponse:
-    statuses = [s for s in (status or "").split(",") if s]
+    statuses = csv(status)
     unknown = sorted(set(statuses) - set(TICKET_STATUSES))
     if unknown:
         raise TicketError(f"unknown ticket status {unknown}; known: {', '.join(TICKET_STATUSES)}",
@@ -95,7 +115,8 @@ def cancel(ticket_id: TicketId, who: Operator, plane: Plane, payload: JsonBody =
     return _ticket(plane.tickets.cancel(who, ticket_id, str(_body(payload).get("comment") or "")))
 
 
-@router.post("/runs/{run}/commands", summary="pause / resume / stop / checkpoint / rollback (operator)")
+@router.post("/runs/{run}/commands", summary="pause / resume / stop / checkpoint / rollback (operator)",
+             status_code=201, openapi_extra=COMMAND_BODY)
 def command(run: str, who: Operator, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
     data = _body(payload, "command")
     args = data.get("args") or {}

@@ -10,11 +10,12 @@ from rlcockpit.diagnostics.incidents import Incident, group
 from rlcockpit.records import SEVERITIES, PhaseRecord, SnapshotRecord, to_dict
 from rlcockpit.server.deps import Reader, require_viewer
 from rlcockpit.server.handlers import ParameterError
-from rlcockpit.server.params import I64_MAX, I64_MIN, csv
-from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.params import I64_MAX, I64_MIN, csv, csv_of
+from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
 
 router = APIRouter(prefix="/api/runs/{run}", tags=["diagnostics"],
-                   dependencies=[Depends(require_viewer)], default_response_class=SafeJSONResponse)
+                   dependencies=[Depends(require_viewer)], default_response_class=SafeJSONResponse,
+                   responses=error_responses(*READ_ERRORS))
 
 Limit = Annotated[int, Query(ge=0, le=100_000, description="most recent items at most")]
 
@@ -23,7 +24,8 @@ Limit = Annotated[int, Query(ge=0, le=100_000, description="most recent items at
 def findings(run: str, reader: Reader,
              step_min: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="first step")
                                  ] = None,
-             severities: Annotated[str | None, Query(description="comma-separated tiers, e.g. "
+             severities: Annotated[str | None, Query(pattern=csv_of(SEVERITIES),
+                                                     description="comma-separated tiers, e.g. "
                                                                  "red,black")] = None,
              incident: Annotated[str | None, Query(description="one incident's findings")] = None,
              ) -> SafeJSONResponse:

@@ -13,10 +13,17 @@ from fastapi import APIRouter, Depends, Query
 
 from rlcockpit.errors import RlcockpitError
 from rlcockpit.server.deps import require_viewer
-from rlcockpit.server.responses import SafeJSONResponse, json_response, json_safe
+from rlcockpit.server.responses import (
+    READ_ERRORS,
+    SafeJSONResponse,
+    error_responses,
+    json_response,
+    json_safe,
+)
 
 router = APIRouter(prefix="/api/library", tags=["library"],
-                   dependencies=[Depends(require_viewer)], default_response_class=SafeJSONResponse)
+                   dependencies=[Depends(require_viewer)], default_response_class=SafeJSONResponse,
+                   responses=error_responses(*READ_ERRORS, 503))
 
 
 class LibraryUnavailable(RlcockpitError):

@@ -22,11 +22,13 @@ from rlcockpit.errors import RlcockpitError
 from rlcockpit.server.cursor import Cursor, decode
 from rlcockpit.server.deps import require_viewer
 from rlcockpit.server.params import I64_MAX, I64_MIN
+from rlcockpit.server.responses import READ_ERRORS, error_responses
 from rlcockpit.server.settings import ServerSettings
 from rlcockpit.server.stream import Tail, keepalive, message
 from rlcockpit.server.workers import nice_this_thread
 
-router = APIRouter(prefix="/api/runs/{run}", tags=["live"], dependencies=[Depends(require_viewer)])
+router = APIRouter(prefix="/api/runs/{run}", tags=["live"], dependencies=[Depends(require_viewer)],
+                   responses=error_responses(*READ_ERRORS, 503))
 THREAD_PREFIX = "rlcockpit-sse"
 RETRY_MS = 2000
 NO_ID = ("null", "undefined")

@@ -18,11 +18,12 @@ from rlcockpit.server.params import (
     csv,
     expand_names,
 )
-from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
 from rlcockpit.server.serialize import run_item, series_dict
 
 router = APIRouter(prefix="/api", tags=["runs"], dependencies=[Depends(require_viewer)],
-                   default_response_class=SafeJSONResponse)
+                   default_response_class=SafeJSONResponse,
+                   responses=error_responses(*READ_ERRORS))
 
 StepMin = Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="first step (inclusive)")]
 StepMax = Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="last step (inclusive)")]

@@ -8,12 +8,13 @@ from fastapi import APIRouter, Depends, Path, Query
 
 from rlcockpit.server.deps import Reader, require_viewer
 from rlcockpit.server.params import I64_MAX, I64_MIN, check_range, csv
-from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
 from rlcockpit.server.serialize import sample_dict
 from rlcockpit.store.base import SAMPLE_HISTOGRAM_FIELDS, SampleQuery
 
 router = APIRouter(prefix="/api/runs/{run}", tags=["samples"],
-                   dependencies=[Depends(require_viewer)], default_response_class=SafeJSONResponse)
+                   dependencies=[Depends(require_viewer)], default_response_class=SafeJSONResponse,
+                   responses=error_responses(*READ_ERRORS))
 
 Order = Literal["step_asc", "step_desc", "reward_asc", "reward_desc"]
 Field = Literal[SAMPLE_HISTOGRAM_FIELDS]  # type: ignore[valid-type]
