@@ -109,3 +109,10 @@ bench-ui: $(STAMP) $(BROWSER)
 
 bench-control: $(STAMP)
 	$(PY) benchmarks/control_effect.py $(BENCH_ARGS)
+
+# What 50 dashboard clients cost a training run on the same machine (benchmarks/server_load.py):
+# the trainer's s/step with and without `rlcockpit serve` + clients, as a ratio within one run.
+# ~2.5 min; BENCH_ARGS="--clients 30 --window-s 60" changes the load and the windows.
+.PHONY: bench-server-load
+bench-server-load: $(STAMP)
+	$(PY) benchmarks/server_load.py $(BENCH_ARGS)

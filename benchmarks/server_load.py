@@ -1,0 +1,236 @@
+"""What 50 dashboard clients cost a training run on the same machine (issue 17, item 9).
+
+    .venv/bin/python benchmarks/server_load.py [--clients 50] [--window-s 40] [--quick]
+
+One tiny-world PPO run (`rlcockpit train`, one thread) trains for the whole benchmark. Its
+seconds per step are measured from the store's phase records in three windows of the same run:
+
+1. **baseline**: no server;
+2. **loaded**: `rlcockpit serve` (default settings) over the run's store, and ``--clients``
+   dashboard clients, each holding the live stream open and refreshing what the dashboard shows
+   (curves, latest values, samples, findings, phases) every ``--refresh-s``;
+3. **baseline again**, server stopped (the two baselines bracket drift: other jobs on the
+   machine, the run itself getting faster or slower).
+
+The result is ``slowdown = loaded s/step / mean(baseline s/step)`` — a ratio measured within one
+run, so it does not depend on how fast this machine is. The clients run in their own process at
+the lowest priority (``nice 19``): real dashboards run in browsers on other machines, and their
+load generator should not be what slows the trainer. Target: slowdown <= 1.10 on a machine with
+a spare core for the server. The last stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine_info, print_json_last_line  # noqa: E402
+from _trainer_runs import example_config, thread_env  # noqa: E402
+
+TARGET_SLOWDOWN = 1.10
+SERIES = "reward/*,kl/*,policy/*,value/*,response/*,grad/*"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--clients", type=int, default=50)
+    p.add_argument("--window-s", type=float, default=40.0, help="length of each measured window")
+    p.add_argument("--refresh-s", type=float, default=2.0, help="a client's refresh interval")
+    p.add_argument("--quick", action="store_true", help="5 clients, 12 s windows (a smoke run)")
+    p.add_argument("--drive", help=argparse.SUPPRESS)  # internal: run the clients against this URL
+    p.add_argument("--run", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.drive:
+        return _drive(args)
+    if args.quick:
+        args.clients, args.window_s = 5, 12.0
+    return _bench(args)
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+def _bench(args: argparse.Namespace) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="server-load-"))
+    uri = f"sqlite:///{tmp / 'runs.db'}"
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "rlcockpit", "train", "--config", str(example_config("ppo")), "--store", uri,
+         "--quiet", "train.steps=100000", "model.threads=1", "checkpoint.every=0", "eval.every=100000"],
+        cwd=tmp, env=thread_env(1), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        run_id = _wait_for_steps(uri, trainer, 3)
+        _log(f"trainer running (run {run_id}); baseline window {args.window_s:.0f} s")
+        before = _window(uri, run_id, args.window_s)
+        server, url = _serve(uri, tmp)
+        try:
+            _log(f"server at {url}; {args.clients} clients for {args.window_s:.0f} s")
+            clients = subprocess.Popen(
+                ["nice", "-n", "19", sys.executable, __file__, "--drive", url, "--run", run_id,
+                 "--clients", str(args.clients), "--window-s", str(args.window_s + 5),
+                 "--refresh-s", str(args.refresh_s)], stdout=subprocess.PIPE, text=True)
+            time.sleep(5)  # clients connected and past their first full load
+            loaded = _window(uri, run_id, args.window_s)
+            traffic = json.loads(clients.communicate(timeout=120)[0].strip().splitlines()[-1])
+        finally:
+            server.terminate()
+            server.wait(20)
+        _log(f"server stopped; baseline window {args.window_s:.0f} s")
+        after = _window(uri, run_id, args.window_s)
+    finally:
+        trainer.terminate()
+        trainer.wait(30)
+    return _report(args, before, loaded, after, traffic)
+
+
+def _wait_for_steps(uri: str, trainer: subprocess.Popen, steps: int, timeout_s: float = 300.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if trainer.poll() is not None:
+            raise RuntimeError(f"the trainer exited early: {trainer.stderr.read()[-2000:]}")
+        starts = _rollout_starts(uri)
+        if starts and len(starts[1]) >= steps:
+            return starts[0]
+        time.sleep(1.0)
+    raise RuntimeError("the trainer logged no steps in time")
+
+
+def _rollout_starts(uri: str) -> tuple[str, list[float]] | None:
+    """(run id, wall times of every ROLLOUT start) read from the store; None before the run exists."""
+    from rlcockpit.errors import StoreError
+    from rlcockpit.store import open_store
+
+    try:
+        reader = open_store(uri, read_only=True).reader()
+    except StoreError:
+        return None
+    try:
+        runs = reader.list_runs()
+        if not runs:
+            return None
+        phases = reader.read_phases(runs[0].run_id)
+    finally:
+        reader.close()
+    return runs[0].run_id, sorted(p.wall_time for p in phases if p.phase == "ROLLOUT" and p.status == "started")
+
+
+def _window(uri: str, run_id: str, seconds: float) -> dict:
+    """Seconds per step over the steps that start within the next ``seconds``."""
+    start = time.time()
+    time.sleep(seconds)
+    found = _rollout_starts(uri)
+    starts = [t for t in (found[1] if found else []) if start <= t <= start + seconds]
+    per_step = (starts[-1] - starts[0]) / (len(starts) - 1) if len(starts) >= 2 else None
+    return {"s_per_step": per_step, "steps": len(starts), "window_s": seconds}
+
+
+def _serve(uri: str, tmp: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "rlcockpit", "serve", "--store", uri, "--port", "0"],
+                            cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    line = proc.stdout.readline()
+    url = "http://" + line.split("http://", 1)[1].split()[0].rstrip("/")
+    import httpx
+
+    for _ in range(100):
+        try:
+            httpx.get(f"{url}/api/health", timeout=2)
+            return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError("the server did not answer")
+
+
+def _report(args: argparse.Namespace, before: dict, loaded: dict, after: dict, traffic: dict) -> dict:
+    bases = [w["s_per_step"] for w in (before, after) if w["s_per_step"]]
+    base = statistics.fmean(bases) if bases else None
+    slowdown = loaded["s_per_step"] / base if base and loaded["s_per_step"] else None
+    print(f"server load: {args.clients} dashboard clients, {args.window_s:.0f} s windows, "
+          f"niceness {os.nice(0)} (clients 19)")
+    for name, w in (("baseline before", before), ("with clients", loaded), ("baseline after", after)):
+        s = w["s_per_step"]
+        print(f"  {name:16s} {('-' if s is None else f'{s:.2f}'):>6s} s/step over {w['steps']} steps")
+    print(f"  slowdown {('-' if slowdown is None else f'{slowdown:.3f}')}x (target <= {TARGET_SLOWDOWN}); "
+          f"{traffic['requests']} requests, {traffic['errors']} errors, p50 {traffic['p50_ms']} ms, "
+          f"p95 {traffic['p95_ms']} ms, {traffic['streams']} streams, {traffic['stream_messages']} messages")
+    result = {"benchmark": "server_load", "clients": args.clients, "slowdown": slowdown,
+              "baseline_s_per_step": base, "loaded_s_per_step": loaded["s_per_step"],
+              "windows": {"before": before, "loaded": loaded, "after": after}, "traffic": traffic,
+              "target_slowdown": TARGET_SLOWDOWN,
+              "target_met": None if slowdown is None else slowdown <= TARGET_SLOWDOWN,
+              "niceness": os.nice(0), "machine": machine_info()}
+    print_json_last_line(result)
+    return result
+
+
+def _log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- the clients
+
+
+def _drive(args: argparse.Namespace) -> dict:
+    stats = asyncio.run(_clients(args.drive, args.run, args.clients, args.window_s, args.refresh_s))
+    latencies = sorted(stats.pop("latencies"))
+    out = {**stats, "p50_ms": _pct(latencies, 0.5), "p95_ms": _pct(latencies, 0.95)}
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def _pct(ordered: list[float], q: float) -> float | None:
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1) if ordered else None
+
+
+async def _clients(url: str, run: str, n: int, seconds: float, refresh_s: float) -> dict:
+    import httpx
+
+    stats = {"requests": 0, "errors": 0, "streams": 0, "stream_messages": 0, "latencies": []}
+    limits = httpx.Limits(max_connections=4 * n, max_keepalive_connections=4 * n)
+    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as http:
+        stop = time.monotonic() + seconds
+        await asyncio.gather(*(_one_client(http, run, stop, refresh_s, stats) for _ in range(n)))
+    return stats
+
+
+async def _one_client(http, run: str, stop: float, refresh_s: float, stats: dict) -> None:
+    stream = asyncio.create_task(_stream(http, run, stop, stats))
+    while time.monotonic() < stop:
+        started = time.monotonic()
+        for path in (f"/api/runs/{run}/series?names={SERIES}&max_points=500", f"/api/runs/{run}/latest",
+                     f"/api/runs/{run}/samples?limit=20", f"/api/runs/{run}/findings",
+                     f"/api/runs/{run}/phases", f"/api/runs/{run}"):
+            t0 = time.monotonic()
+            try:
+                ok = (await http.get(path)).status_code == 200
+            except Exception:  # a failed request is counted, the client goes on
+                ok = False
+            stats["latencies"].append(time.monotonic() - t0)
+            stats["requests"] += 1
+            stats["errors"] += 0 if ok else 1
+        await asyncio.sleep(max(0.0, refresh_s - (time.monotonic() - started)))
+    stream.cancel()
+
+
+async def _stream(http, run: str, stop: float, stats: dict) -> None:
+    try:
+        async with http.stream("GET", f"/api/runs/{run}/stream", timeout=None) as resp:
+            stats["streams"] += 1
+            async for line in resp.aiter_lines():
+                stats["stream_messages"] += line.startswith("event:")
+                if time.monotonic() > stop:
+                    return
+    except Exception:  # the benchmark ends the stream by cancelling it
+        return
+
+
+if __name__ == "__main__":
+    main()
