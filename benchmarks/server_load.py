@@ -69,7 +69,9 @@ def _bench(args: argparse.Namespace) -> dict:
     try:
         run_id = _wait_for_steps(uri, trainer, 3)
         _log(f"trainer running (run {run_id}); baseline window {args.window_s:.0f} s")
+        cpu0 = _cpu_s(trainer.pid)
         before = _window(uri, run_id, args.window_s)
+        before["trainer_cpu_cores"] = round((_cpu_s(trainer.pid) - cpu0) / args.window_s, 3)
         server, url = _serve(uri, tmp)
         try:
             _log(f"server at {url}; {args.clients} clients for {args.window_s:.0f} s")
@@ -78,8 +80,12 @@ def _bench(args: argparse.Namespace) -> dict:
                  "--clients", str(args.clients), "--window-s", str(args.window_s + 5),
                  "--refresh-s", str(args.refresh_s)], stdout=subprocess.PIPE, text=True)
             time.sleep(5)  # clients connected and past their first full load
+            cpu0 = {n: _cpu_s(p.pid) for n, p in (("trainer", trainer), ("server", server), ("clients", clients))}
             loaded = _window(uri, run_id, args.window_s)
+            cpu = {n: round((_cpu_s(p.pid) - cpu0[n]) / args.window_s, 3)
+                   for n, p in (("trainer", trainer), ("server", server), ("clients", clients))}
             traffic = json.loads(clients.communicate(timeout=120)[0].strip().splitlines()[-1])
+            traffic["cpu_cores"] = cpu  # CPU seconds per second of each process in the loaded window
         finally:
             server.terminate()
             server.wait(20)
@@ -89,6 +95,15 @@ def _bench(args: argparse.Namespace) -> dict:
         trainer.terminate()
         trainer.wait(30)
     return _report(args, before, loaded, after, traffic)
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_for_steps(uri: str, trainer: subprocess.Popen, steps: int, timeout_s: float = 300.0) -> str:
@@ -161,6 +176,8 @@ def _report(args: argparse.Namespace, before: dict, loaded: dict, after: dict, t
     print(f"  slowdown {('-' if slowdown is None else f'{slowdown:.3f}')}x (target <= {TARGET_SLOWDOWN}); "
           f"{traffic['requests']} requests, {traffic['errors']} errors, p50 {traffic['p50_ms']} ms, "
           f"p95 {traffic['p95_ms']} ms, {traffic['streams']} streams, {traffic['stream_messages']} messages")
+    print(f"  CPU cores used with clients: {traffic.get('cpu_cores')} (trainer alone: "
+          f"{before.get('trainer_cpu_cores')})")
     result = {"benchmark": "server_load", "clients": args.clients, "slowdown": slowdown,
               "baseline_s_per_step": base, "loaded_s_per_step": loaded["s_per_step"],
               "windows": {"before": before, "loaded": loaded, "after": after}, "traffic": traffic,

@@ -23,6 +23,7 @@ from rlcockpit.server.guard import Guard
 from rlcockpit.server.responses import json_response
 from rlcockpit.server.routes import diagnostics, library, live, runs, samples
 from rlcockpit.server.settings import ServerSettings
+from rlcockpit.server.stream import SharedReads
 
 BUNDLED_STATIC = Path(__file__).parent / "static"
 READ_ROUTERS = (runs.router, samples.router, diagnostics.router, library.router, live.router)
@@ -47,6 +48,7 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         workers.limit_threads(settings.worker_threads)
+        workers.nice_this_thread(settings.worker_nice)  # the event loop's thread
         yield
         if control is not None:
             control.refusals.flush(force=True)  # counted refusals are not lost at shutdown
@@ -62,6 +64,7 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
     app.state.access = access
     app.state.control = control
     app.state.streams = workers.StreamSlots(settings.max_streams)
+    app.state.stream_reads = SharedReads(reader, ttl_s=settings.sse_poll_s)
     handlers.install(app)
     for router in READ_ROUTERS:
         app.include_router(router)

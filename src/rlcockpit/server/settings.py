@@ -44,10 +44,10 @@ class ServerSettings(Config):
     worker_threads: int = option(4, help="Threads that answer API requests at once (the rest "
                                          "wait their turn): bounds the CPU the server takes "
                                          "from a trainer on the same machine.", range=(1, 256))
-    worker_nice: int = option(10, help="Scheduling niceness of the server's worker and stream "
-                                       "threads (0: as the process; 19: lowest priority), so a "
-                                       "trainer on the same machine wins the CPU.",
-                              range=(0, 19))
+    worker_nice: int = option(10, help="How many steps nicer than the process the server's "
+                                       "event loop, worker and stream threads run (0: as the "
+                                       "process; capped at niceness 19), so a trainer on the "
+                                       "same machine wins the CPU.", range=(0, 19))
     max_streams: int = option(64, help="Live streams open at once; one more is answered 503 "
                                        "too_many_streams.", range=(1, 10_000))
     refusal_window_s: float = option(60.0, help="Window of the audit log's refusal limiter: per "

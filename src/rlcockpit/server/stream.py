@@ -7,6 +7,8 @@ and the advanced cursor; ``routes/live.py`` drives it on its own thread every ``
 from __future__ import annotations
 
 import json
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,61 @@ def message(kind: str, cursor: Cursor | None, data: Any) -> str:
 
 def keepalive() -> str:
     return ": keep-alive\n\n"
+
+
+class SharedReads:
+    """The live streams' reads through one reader, each distinct read answered once per ``ttl_s``.
+
+    Streams that follow the same run sit at the same cursor once they are live, so they ask the
+    same questions ("rows after id 812", "steps after 40"); 50 dashboards polling 4 times a second
+    made 200 identical polls a second. Now the first stream's answer serves the others for
+    ``ttl_s`` (the poll interval): a message reaches a stream at most one interval later.
+    """
+
+    CACHED = ("rows_after", "steps_after", "step_metrics")  # not get_run: a status change shows at once
+    MAX_ENTRIES = 4096
+
+    def __init__(self, reader: Any, *, ttl_s: float) -> None:
+        self.reader = reader
+        self.ttl_s = ttl_s
+        self._data: dict[tuple, tuple[float, Any]] = {}
+        self._busy: dict[tuple, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self.reader, name)
+        if name not in self.CACHED:
+            return fn
+        return lambda *args, **kwargs: self._read(name, fn, args, kwargs)
+
+    def _read(self, name: str, fn: Any, args: tuple, kwargs: dict) -> Any:
+        key = (name, args, tuple(sorted(kwargs.items())))
+        with self._lock:
+            hit = self._fresh(key)
+            busy = self._busy.setdefault(key, threading.Lock())
+        if hit is not None:
+            return hit[1]
+        with busy:  # one stream reads, the others wait for its answer
+            with self._lock:
+                hit = self._fresh(key)
+            if hit is not None:
+                return hit[1]
+            value = fn(*args, **kwargs)
+            with self._lock:
+                if len(self._data) >= self.MAX_ENTRIES:
+                    self._expire()
+                self._data[key] = (time.monotonic(), value)
+        return value
+
+    def _fresh(self, key: tuple) -> tuple[float, Any] | None:
+        hit = self._data.get(key)
+        return hit if hit is not None and time.monotonic() - hit[0] < self.ttl_s else None
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, (at, _) in self._data.items() if now - at >= self.ttl_s]:
+            self._data.pop(key, None)
+            self._busy.pop(key, None)
 
 
 @dataclass

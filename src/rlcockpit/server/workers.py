@@ -3,8 +3,9 @@
 - :func:`limit_threads`: at most ``worker_threads`` API requests run at once (FastAPI runs plain
   ``def`` routes on the event loop's thread pool; its default is 40 threads, so 40 busy clients
   meant 40 threads of JSON and SQLite work against the trainer's cores).
-- :func:`nice_this_thread`: the threads that do the server's work (request workers, live-stream
-  pollers) run at a lower scheduling priority, so a trainer on the same machine gets the CPU
+- :func:`nice_this_thread`: the threads that do the server's work (the event loop, request
+  workers, live-stream pollers) run ``worker_nice`` steps below the process's priority, so a
+  trainer on the same machine (or, in ``rlcockpit demo``, in the same process) gets the CPU
   first. Linux-only (per-thread niceness); elsewhere it is skipped.
 - :class:`StreamSlots`: at most ``max_streams`` live streams at once (each polls the store).
 """
@@ -31,18 +32,16 @@ def limit_threads(n: int) -> None:
     anyio.to_thread.current_default_thread_limiter().total_tokens = n
 
 
-def nice_this_thread(niceness: int) -> None:
-    """Raise the calling thread's niceness to ``niceness`` (once per thread; never lowers it)."""
-    if niceness <= 0 or getattr(_local, "niced", False):
+def nice_this_thread(increment: int) -> None:
+    """Make the calling thread ``increment`` steps nicer than the process (at most 19), once."""
+    if increment <= 0 or getattr(_local, "niced", False):
         return
     _local.niced = True
     if not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
         return
-    tid = threading.get_native_id()
     try:
-        current = os.getpriority(os.PRIO_PROCESS, tid)
-        if current < niceness:
-            os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        target = min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + increment)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), target)
     except OSError:  # not permitted here (a sandbox): run at the normal priority
         return
 

@@ -1,9 +1,11 @@
 """``GET /api/runs/{run}/stream``: the live tail of a run as server-sent events.
 
-Each stream has its own store reader on its own single thread (SQLite connections are per
-thread), polls every ``sse_poll_s`` and sends a keep-alive comment after ``keepalive_s`` of
-silence. When the client goes away the generator is cancelled; its ``finally`` closes the reader
-on that thread and lets the thread end, so streams leave nothing behind.
+Each stream polls on its own single thread (niced, see workers.py) every ``sse_poll_s`` through
+the app's shared reads (:class:`~rlcockpit.server.stream.SharedReads`: streams at the same cursor
+share one answer), and sends a keep-alive comment after ``keepalive_s`` of silence. At most
+``max_streams`` are open at once. When the client goes away the generator is cancelled; its
+``finally`` lets the thread end, and the reader closes that thread's SQLite connection once it
+has (store/sqlite_conns.py), so streams leave nothing behind.
 """
 
 from __future__ import annotations
@@ -51,17 +53,16 @@ async def stream(request: Request, run: str,
     parsed = decode(resume) if resume else None
     await run_in_threadpool(state.reader.get_run, run)  # 404 before the stream starts
     state.streams.acquire()  # 503 too_many_streams over max_streams
-    body = _events(request, state.store, state.settings, run, parsed, after_step)
+    body = _events(request, state.stream_reads, state.settings, run, parsed, after_step)
     return StreamingResponse(body, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _events(request: Request, store: Any, settings: ServerSettings, run: str,
+async def _events(request: Request, reader: Any, settings: ServerSettings, run: str,
                   cursor: Cursor | None, after_step: int | None) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
     thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=THREAD_PREFIX,
                                 initializer=nice_this_thread, initargs=(settings.worker_nice,))
-    reader = store.reader()
     try:
         tail = await loop.run_in_executor(
             thread, lambda: Tail.start(reader, run, cursor=cursor, after_step=after_step))
@@ -85,5 +86,4 @@ async def _events(request: Request, store: Any, settings: ServerSettings, run: s
                 await asyncio.sleep(settings.sse_poll_s)
     finally:
         request.app.state.streams.release()
-        thread.submit(reader.close)  # after any poll still running, on the reader's thread
-        thread.shutdown(wait=False)
+        thread.shutdown(wait=False)  # the thread's connection is closed once it has ended
