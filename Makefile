@@ -66,6 +66,12 @@ bench-trainer: $(STAMP) $(TRL_VENV)/.installed $(TRL_PPO_VENV)/.installed
 bench-learning: $(STAMP)
 	$(PY) benchmarks/learning.py $(BENCH_ARGS)
 
+# Follow-mode latency (benchmarks/README.md): a writer process, `rlcockpit import --follow` and
+# `rlcockpit serve`; written -> store and written -> live stream. Project venv only.
+.PHONY: bench-follow
+bench-follow: $(STAMP)
+	$(PY) benchmarks/follow.py $(BENCH_ARGS)
+
 # Telemetry and store benchmarks (benchmarks/README.md). MLflow, W&B and TensorBoard(X) live ONLY in
 # .benchvenv-trackers, never in the project's extras; torch is pinned first, as for the project venv.
 # The [train] extra lets benchmarks/telemetry.py time real tiny-world PPO steps. BENCH_ARGS passes

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from rlcockpit.errors import ConfigError
 from rlcockpit.integrations.aliases import SOURCES as IMPORT_SOURCES
 from rlcockpit.integrations.export import FORMATS as EXPORT_FORMATS
 from rlcockpit.integrations.export import WHATS as EXPORT_WHATS
@@ -31,6 +32,7 @@ IMPORT_EPILOG = """examples:
   rlcockpit import --store runs.db --format tensorboard runs/May01_12-00-00_host/
   rlcockpit import --store runs.db train_log.jsonl --map Reward=reward/mean --map KL_ref=kl/token_mean
   rlcockpit import --store runs.db fragments.jsonl --step-key episode --map-file my_trainer.yaml
+  rlcockpit import --store runs.db --follow verl_logs/ rollouts/   (live, while verl writes them)
 
 Metric keys are renamed to catalog names through the alias table (docs/import_export.md), or
 your own --map / --map-file for a custom trainer (it wins over the table); keys without either
@@ -64,7 +66,7 @@ def _register_import(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "import", help="import TRL / verl / OpenRLHF / TensorBoard logs as a run",
         description="Import foreign training logs (or an rlcockpit export) into a store as one "
-                    "finished run.",
+                    "finished run; with --follow, as a live run while the trainer writes them.",
         epilog=IMPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to import")
     p.add_argument("--store", required=True, help="store URI, e.g. sqlite:///rlcockpit.db")
@@ -76,6 +78,20 @@ def _register_import(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--name", default=None, help="name of the new run (default: the first PATH's name)")
     p.add_argument("--run-id", default=None, help="id of the new run (default: a fresh imp-... id)")
     add_mapping_arguments(p)
+    f = p.add_argument_group("follow mode (docs/integrations.md)")
+    f.add_argument("--follow", action="store_true",
+                   help="keep reading what the trainer appends, into a live run (dashboard, live stream "
+                        "and detectors see each step as it lands) until Ctrl-C / SIGTERM or --idle-exit; "
+                        "run it again to continue where it stopped")
+    f.add_argument("--poll-interval", type=float, default=0.25, metavar="SECONDS",
+                   help="with --follow: how often the files are looked at (default 0.25)")
+    f.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+                   help="with --follow: stop, marking the run finished, after this long without new records")
+    f.add_argument("--state", default=None, metavar="FILE",
+                   help="with --follow: where the follow state (run id, file offsets) is kept (default: "
+                        "next to the store, <store>.follow/<hash of the paths>.json)")
+    f.add_argument("--no-diagnostics", action="store_true",
+                   help="with --follow: do not run the detectors on the followed steps")
     p.set_defaults(func=cmd_import)
 
 
@@ -129,6 +145,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     from rlcockpit.store import open_store
 
+    if args.follow:
+        return cmd_follow(args)
+    if args.state or args.idle_exit is not None or args.no_diagnostics:
+        raise ConfigError("--state, --idle-exit and --no-diagnostics work with --follow only; add --follow")
     parsed = read_paths(args.paths, fmt=args.fmt, source=args.source,  # validate before writing
                         key_map=key_map_from_args(args), step_key=args.step_key)
     store = open_store(args.store)
@@ -144,6 +164,35 @@ def cmd_import(args: argparse.Namespace) -> int:
         writer.close()
         store.close()
     _print_summary(run.run_id, parsed)
+    return 0
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    """`rlcockpit import --follow`: SIGTERM and Ctrl-C stop it cleanly (run ``stopped``; the state
+    is saved, so running the same command again continues the run)."""
+    import signal
+    import threading
+
+    from rlcockpit.integrations.follow import FollowOptions, start_follow
+
+    options = FollowOptions(poll_interval_s=args.poll_interval, idle_exit_s=args.idle_exit,
+                            diagnostics=not args.no_diagnostics)
+    follower = start_follow(args.paths, store=args.store, fmt=args.fmt, source=args.source,
+                            key_map=key_map_from_args(args), step_key=args.step_key, project=args.project,
+                            name=args.name, run_id=args.run_id, state_path=args.state, options=options)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"following {len(follower.roots)} path(s) into run {follower.run.run_id} "
+          f"(Ctrl-C to stop; run the same command again to continue)", flush=True)
+    status = "stopped"
+    try:
+        status = follower.follow(stop)
+    except KeyboardInterrupt:
+        status = "stopped"
+    finally:
+        follower.close(status)
+    print(f"run {follower.run.run_id} {status}: {follower.records} records followed"
+          + (f", {follower.bad} malformed records skipped" if follower.bad else ""), flush=True)
     return 0
 
 
