@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
-EXTRAS ?= train,server,io,dev
+EXTRAS ?= train,server,io,trl,dev
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint install clean bench
@@ -16,7 +16,7 @@ $(PY):
 # torch is pinned and installed first: an unpinned torch would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[$(EXTRAS)]"
+	$(PIP) install --quiet -e ".[$(EXTRAS)]" torch==2.13.0
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -43,8 +43,9 @@ test: $(STAMP) $(BROWSER) lint
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
-# Trainer benchmarks (benchmarks/README.md). TRL lives ONLY in its own venvs, never in the project's
-# extras: .benchvenv-trl has the latest TRL (GRPOTrainer), .benchvenv-trl-ppo has TRL 1.12, the last
+# Trainer benchmarks (benchmarks/README.md). The project's [trl] extra (the TRL callback, its tests)
+# takes any TRL 1.x; the benchmarks pin theirs in their own venvs:
+# .benchvenv-trl has the latest TRL (GRPOTrainer), .benchvenv-trl-ppo has TRL 1.12, the last
 # release that ships trl.experimental.ppo.PPOTrainer. torch is pinned first, as for the project venv.
 # BENCH_ARGS passes flags through, e.g. `make bench-learning BENCH_ARGS="--algo grpo"`.
 TRL_VENV     := .benchvenv-trl
@@ -71,6 +72,12 @@ bench-learning: $(STAMP)
 .PHONY: bench-follow
 bench-follow: $(STAMP)
 	$(PY) benchmarks/follow.py $(BENCH_ARGS)
+
+# What the TRL callback costs a GRPO step on the tiny model (benchmarks/README.md); TRL from the
+# project's [trl] extra.
+.PHONY: bench-trl-callback
+bench-trl-callback: $(STAMP)
+	$(PY) benchmarks/trl_callback.py $(BENCH_ARGS)
 
 # Telemetry and store benchmarks (benchmarks/README.md). MLflow, W&B and TensorBoard(X) live ONLY in
 # .benchvenv-trackers, never in the project's extras; torch is pinned first, as for the project venv.

@@ -1,0 +1,272 @@
+"""The cockpit for TRL trainers (docs/integrations.md): one call, and a GRPO / RLOO run is live in
+rlcockpit — every metric (through the alias table), every completion with each reward function's
+score and its advantage, the detectors, and audited tickets and commands at the step boundary.
+
+    from rlcockpit.integrations.trl import watch
+    trainer = GRPOTrainer(model=..., reward_funcs=..., args=..., train_dataset=...)
+    watch(trainer, store="sqlite:///runs.db")
+    trainer.train()
+
+``RlcockpitCallback`` can also be passed in ``callbacks=[...]`` without the trainer: metrics, the
+detectors and the learning rate then work, completions and the other knobs need ``watch``.
+
+The step boundary is the end of an optimizer step — after its metrics are logged when the step
+logs (``on_log``, so the detectors' actions act on the step that raised them), else ``on_step_end``.
+There the run takes its approved tickets (:mod:`.trl_knobs`: learning rate, beta, temperature, max
+completion length, epsilon) and commands: pause blocks until resumed, stop sets
+``should_training_stop``, checkpoint sets ``should_save``. The severity policy's actions become
+tickets approved by the policy (red: checkpoint + pause, black: stop), and a run stopped on a red
+or black finding gets a ``post_mortem`` event naming the checkpoint to resume from.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from transformers import TrainerCallback
+
+from rlcockpit.integrations.aliases import rename_keys
+from rlcockpit.integrations.importers._base import LENGTH_MEAN, SEQUENCE_KL, TOKEN_KL
+from rlcockpit.integrations.trl_knobs import apply_change, knobs_of
+from rlcockpit.integrations.trl_samples import samples_of
+
+log = logging.getLogger("rlcockpit.integrations.trl")
+SOURCES = {"GRPOTrainer": "trl-grpo", "RLOOTrainer": "trl-grpo", "PPOTrainer": "trl-ppo"}
+FAILING = ("red", "black")
+SNAPSHOT_SAMPLES = 50
+
+
+def algorithm_of(trainer: Any) -> tuple[str, str]:
+    """(trainer class TRL ships, alias source) of a trainer or of one derived from it."""
+    for cls in type(trainer).__mro__:
+        if cls.__name__ in SOURCES:
+            return cls.__name__, SOURCES[cls.__name__]
+    return type(trainer).__name__, "trl-grpo"
+
+
+def watch(trainer: Any, **options: Any) -> RlcockpitCallback:
+    """Attach the cockpit to ``trainer`` (before ``trainer.train()``); options as for
+    :class:`RlcockpitCallback`."""
+    callback = RlcockpitCallback(trainer=trainer, **options)
+    trainer.add_callback(callback)
+    return callback
+
+
+class RlcockpitCallback(TrainerCallback):
+    """``store``: URI of the store; ``project`` / ``name`` / ``run_id``: the run's labels;
+    ``control``: take tickets (a ``ControlConfig``, True, or False); ``diagnostics``: a
+    ``DiagnosticsConfig``, None for the defaults, or False; ``token_arrays``: the telemetry's
+    ``TokenArrayPolicy``."""
+
+    def __init__(self, *, trainer: Any = None, store: str = "sqlite:///rlcockpit.db", project: str = "trl",
+                 name: str | None = None, run_id: str | None = None, control: Any = True,
+                 diagnostics: Any = None, token_arrays: Any = None) -> None:
+        self.trainer, self.store, self.project, self.name, self.run_id = trainer, store, project, name, run_id
+        self.control_cfg, self.diagnostics_cfg, self.token_arrays = control, diagnostics, token_arrays
+        self.run: Any = None
+        self.link: Any = None  # the control link (tickets and commands) when control is on
+        self.engine = self.policy = None
+        self.source = "trl-grpo"
+        self._samples: dict[int, list[Any]] = {}  # completions captured, by step, not logged yet
+        self._next_sample_id: dict[int, int] = {}
+        self._findings: list[Any] = []
+        self._checkpoints: list[tuple[int, str]] = []
+        self._stopped_by: str | None = None
+
+    # ------------------------------------------------------------------ start
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero or self.run is not None:
+            return
+        from rlcockpit.control import ControlConfig
+        from rlcockpit.integrations.loop_control import attach
+        from rlcockpit.store import open_store
+        from rlcockpit.telemetry import init
+
+        trainer = self.trainer
+        algo, self.source = algorithm_of(trainer) if trainer is not None else ("Trainer", "trl-grpo")
+        opened = open_store(self.store)
+        self.run = init(project=self.project, name=self.name or f"{algo}-{args.run_name or 'trl'}", store=opened,
+                        run_id=self.run_id, config=_config_of(args, algo), token_arrays=self.token_arrays)
+        if self.control_cfg:
+            cfg = self.control_cfg if isinstance(self.control_cfg, ControlConfig) else ControlConfig()
+            knobs = knobs_of(trainer) if trainer is not None else {}
+            self.link = attach(self.run, opened, knobs, cfg)  # publishes the knobs: tickets can name them
+        if self.diagnostics_cfg is not False:
+            from rlcockpit.diagnostics import DiagnosticsConfig, Engine
+            from rlcockpit.diagnostics.policy import Policy
+
+            cfg = self.diagnostics_cfg or DiagnosticsConfig()
+            self.engine, self.policy = Engine.from_config(cfg), Policy(cfg.policy)
+        if trainer is not None and hasattr(trainer, "_generate_and_score_completions"):
+            self._capture_completions(trainer)
+        self.run.event(state.global_step, "trl_attached", {"trainer": algo, "source": self.source})
+
+    def _capture_completions(self, trainer: Any) -> None:
+        generate = trainer._generate_and_score_completions
+        callback = self
+
+        def generate_and_log(inputs, *a, **kw):
+            output = generate(inputs, *a, **kw)
+            try:
+                step = trainer.state.global_step + 1  # the optimizer step these completions train
+                first = callback._next_sample_id.get(step, 0)
+                found = samples_of(trainer, inputs, output, step, first)
+                callback._next_sample_id[step] = first + len(found)
+                callback._samples.setdefault(step, []).extend(found)
+            except Exception as exc:  # fail soft: training goes on without these samples
+                log.warning("rlcockpit: could not read the completions of step %s: %s", trainer.state.global_step, exc)
+            return output
+
+        trainer._generate_and_score_completions = generate_and_log
+
+    # ------------------------------------------------------------------ each step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.run is None or control.should_log:
+            return  # the boundary comes in on_log, after this step's metrics and findings
+        self._boundary(state.global_step, args, control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.run is None or not logs or "train_runtime" in logs:
+            return
+        step = state.global_step
+        metrics = self._metrics(logs)
+        self.run.log(step, metrics)
+        samples = []
+        for st in [st for st in sorted(self._samples) if st <= step]:
+            samples = self._samples.pop(st)
+            self.run.log_samples(st, samples)
+        self.run.commit(step)
+        if any(k.startswith("eval_") for k in logs):
+            return
+        self._diagnose(step, metrics, [s for s in samples if s.step == step])
+        self._boundary(step, args, control)
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.run is not None:
+            path = f"{args.output_dir}/checkpoint-{state.global_step}"
+            self._checkpoints.append((state.global_step, path))
+            self.run.checkpoint(state.global_step, path, "trl")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.run is None:
+            return
+        stopped = self.run.stop_requested or self._stopped_by is not None
+        if stopped and any(f.severity in FAILING for f in self._findings):
+            self._post_mortem(state.global_step)
+        self.run.close("stopped" if stopped else "finished")
+
+    # ------------------------------------------------------------------ internals
+
+    def _metrics(self, logs: Mapping[str, Any]) -> dict[str, float]:
+        values = {k: float(v) for k, v in logs.items()
+                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        out = {name: values[key] for key, name in rename_keys(values, self.source).items()}
+        if TOKEN_KL in out and LENGTH_MEAN in out and SEQUENCE_KL not in out:
+            out[SEQUENCE_KL] = out[TOKEN_KL] * out[LENGTH_MEAN]  # the KL detectors read the per-sequence KL
+        trainer = self.trainer
+        if trainer is not None and getattr(trainer, "beta", None) is not None:
+            out.setdefault("kl/coef", float(trainer.beta))
+        if trainer is not None and getattr(trainer, "epsilon_low", None) is not None:
+            out.setdefault("policy/clip_eps", float(trainer.epsilon_low))
+        return out
+
+    def _diagnose(self, step: int, metrics: dict[str, float], samples: list[Any]) -> None:
+        if self.engine is None:
+            return
+        try:
+            findings = self.engine.observe(step, metrics, samples, time.time())
+        except Exception as exc:  # fail soft: the detectors miss a step, training goes on
+            log.warning("rlcockpit: the detectors failed on step %d: %s", step, exc)
+            return
+        for f in findings:
+            self._findings.append(f)
+            self.run.finding(step=f.step, detector=f.detector, severity=f.severity, message=f.message,
+                             evidence=f.evidence, patterns=f.patterns, status=f.status, incident=f.incident)
+        for action in self.policy.plan(findings):
+            self._act(action, step, samples)
+
+    def _act(self, action: Any, step: int, samples: list[Any]) -> None:
+        """The policy's action: evidence now; pause / stop / checkpoint as policy-approved tickets,
+        carried out at this boundary (right after) like an operator's."""
+        if action.name in ("snapshot", "save_batch"):
+            self.run.snapshot(step, action.name, {"samples": [_brief(s) for s in samples[-SNAPSHOT_SAMPLES:]],
+                                                  "finding": action.finding.message}, incident=action.incident)
+            return
+        if action.name in ("stop", "rollback"):
+            self._stopped_by = action.detector
+        if action.name not in ("checkpoint", "pause", "stop", "rollback") or self.link is None:
+            return
+        try:
+            self.link.channel.automatic(action.detector, action.name, {
+                "severity": action.severity, "incident": action.incident, "finding_step": action.step},
+                reason=f"{action.severity} finding of {action.detector}: {action.finding.message}")
+        except Exception as exc:  # fail soft: a stop still stops without its ticket
+            log.warning("rlcockpit: no ticket for the %s action of %s: %s", action.name, action.detector, exc)
+
+    def _boundary(self, step: int, args: Any, control: Any) -> None:
+        if self.link is not None:
+            for change in self.run.pending_changes(step):
+                try:
+                    self._carry_out(change, step, args, control)
+                except Exception as exc:  # the ticket fails, training goes on
+                    change.failed(f"{type(exc).__name__}: {exc}")
+        if self.run.stop_requested or self._stopped_by:
+            control.should_training_stop = True
+
+    def _carry_out(self, change: Any, step: int, args: Any, control: Any) -> None:
+        if change.kind == "param":
+            if self.trainer is None and change.name != "learning_rate":
+                change.failed("pass the trainer (rlcockpit.integrations.trl.watch) to change more than the learning rate")
+                return
+            apply_change(self.trainer, change.name, change.value)
+            change.applied()
+        elif change.name == "checkpoint":
+            control.should_save = True
+            change.applied(checkpoint=f"{args.output_dir}/checkpoint-{step}")
+        else:
+            resume = self._resume_point(step)
+            change.failed("rollback is not supported inside a TRL run: stop it and resume from "
+                          + (resume or "an earlier checkpoint") + " (resume_from_checkpoint)")
+            control.should_training_stop = True
+
+    def _resume_point(self, step: int) -> str | None:
+        """The newest checkpoint saved before the first red / black finding's incident began."""
+        bad = [f for f in self._findings if f.severity in FAILING]
+        onset = min((int((f.evidence or {}).get("onset_step", f.step)) for f in bad), default=step)
+        before = [path for s, path in self._checkpoints if s < onset]
+        return before[-1] if before else None
+
+    def _post_mortem(self, step: int) -> None:
+        bad = [f for f in self._findings if f.severity in FAILING]
+        resume = self._resume_point(step)
+        payload = {"stopped_step": step, "findings": [{"step": f.step, "detector": f.detector, "severity": f.severity,
+                                                       "message": f.message, "incident": f.incident} for f in bad],
+                   "resume_from": resume,
+                   "advice": f"resume with trainer.train(resume_from_checkpoint={resume!r}) after the fix the "
+                             "failure library gives for these detectors" if resume else
+                             "no checkpoint precedes the incident: restart, with the fix the failure library gives"}
+        self.run.event(step, "post_mortem", payload)
+        log.warning("rlcockpit post-mortem at step %d: %s", step, payload["advice"])
+
+
+def _brief(sample: Any) -> dict[str, Any]:
+    return {"step": sample.step, "sample_id": sample.sample_id, "reward": sample.reward,
+            "response": sample.response[:500], "advantage": sample.advantage}
+
+
+def _config_of(args: Any, algo: str) -> dict[str, Any]:
+    import trl
+
+    try:
+        values = args.to_dict()
+    except Exception:  # a custom args object: its public attributes
+        values = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    safe = {k: v for k, v in values.items() if isinstance(v, (str, int, float, bool, type(None)))
+            and not (isinstance(v, float) and not math.isfinite(v))}
+    return {"trl": {"trainer": algo, "version": trl.__version__, "args": safe}}
