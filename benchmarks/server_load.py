@@ -16,7 +16,10 @@ The result is ``slowdown = loaded s/step / mean(baseline s/step)`` — a ratio m
 run, so it does not depend on how fast this machine is. The clients run in their own process at
 the lowest priority (``nice 19``): real dashboards run in browsers on other machines, and their
 load generator should not be what slows the trainer. Target: slowdown <= 1.10 on a machine with
-a spare core for the server. The last stdout line is one JSON object.
+a spare core for the server. ``--pin`` gives the server one: the trainer runs on CPU 0, the server
+and the clients on CPU 1 (Linux CPU affinity; the machine must be otherwise idle) — the layout of a
+training node whose cockpit does not share the trainer's core. The last stdout line is one JSON
+object.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--window-s", type=float, default=40.0, help="length of each measured window")
     p.add_argument("--refresh-s", type=float, default=2.0, help="a client's refresh interval")
     p.add_argument("--quick", action="store_true", help="5 clients, 12 s windows (a smoke run)")
+    p.add_argument("--pin", action="store_true", help="trainer on CPU 0, server and clients on CPU 1 "
+                   "(a spare core for the server; needs 2 CPUs and an otherwise idle machine)")
     p.add_argument("--drive", help=argparse.SUPPRESS)  # internal: run the clients against this URL
     p.add_argument("--run", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -53,7 +58,16 @@ def main(argv: list[str] | None = None) -> dict:
         return _drive(args)
     if args.quick:
         args.clients, args.window_s = 5, 12.0
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        p.error("--pin needs 2 CPUs (the trainer on one, the server and its clients on the other)")
     return _bench(args)
+
+
+def _on(cpus: set[int] | None):
+    """preexec_fn pinning a child process to ``cpus`` (None: no pinning)."""
+    if cpus is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
 
 
 # --------------------------------------------------------------------------- the benchmark
@@ -65,20 +79,22 @@ def _bench(args: argparse.Namespace) -> dict:
     trainer = subprocess.Popen(
         [sys.executable, "-m", "rlcockpit", "train", "--config", str(example_config("ppo")), "--store", uri,
          "--quiet", "train.steps=100000", "model.threads=1", "checkpoint.every=0", "eval.every=100000"],
-        cwd=tmp, env=thread_env(1), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        cwd=tmp, env=thread_env(1), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_on({0} if args.pin else None))
     try:
         run_id = _wait_for_steps(uri, trainer, 3)
         _log(f"trainer running (run {run_id}); baseline window {args.window_s:.0f} s")
         cpu0 = _cpu_s(trainer.pid)
         before = _window(uri, run_id, args.window_s)
         before["trainer_cpu_cores"] = round((_cpu_s(trainer.pid) - cpu0) / args.window_s, 3)
-        server, url = _serve(uri, tmp)
+        server, url = _serve(uri, tmp, {1} if args.pin else None)
         try:
             _log(f"server at {url}; {args.clients} clients for {args.window_s:.0f} s")
             clients = subprocess.Popen(
                 ["nice", "-n", "19", sys.executable, __file__, "--drive", url, "--run", run_id,
                  "--clients", str(args.clients), "--window-s", str(args.window_s + 5),
-                 "--refresh-s", str(args.refresh_s)], stdout=subprocess.PIPE, text=True)
+                 "--refresh-s", str(args.refresh_s)], stdout=subprocess.PIPE, text=True,
+                preexec_fn=_on({1} if args.pin else None))
             time.sleep(5)  # clients connected and past their first full load
             cpu0 = {n: _cpu_s(p.pid) for n, p in (("trainer", trainer), ("server", server), ("clients", clients))}
             loaded = _window(uri, run_id, args.window_s)
@@ -147,10 +163,10 @@ def _window(uri: str, run_id: str, seconds: float) -> dict:
     return {"s_per_step": per_step, "steps": len(starts), "window_s": seconds}
 
 
-def _serve(uri: str, tmp: Path) -> tuple[subprocess.Popen, str]:
+def _serve(uri: str, tmp: Path, cpus: set[int] | None = None) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "rlcockpit", "serve", "--store", uri, "--port", "0"],
                             cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_on(cpus))
     line = proc.stdout.readline()
     url = "http://" + line.split("http://", 1)[1].split()[0].rstrip("/")
     import httpx
@@ -169,7 +185,7 @@ def _report(args: argparse.Namespace, before: dict, loaded: dict, after: dict, t
     base = statistics.fmean(bases) if bases else None
     slowdown = loaded["s_per_step"] / base if base and loaded["s_per_step"] else None
     print(f"server load: {args.clients} dashboard clients, {args.window_s:.0f} s windows, "
-          f"niceness {os.nice(0)} (clients 19)")
+          f"niceness {os.nice(0)} (clients 19)" + ("; trainer on CPU 0, server and clients on CPU 1" if args.pin else ""))
     for name, w in (("baseline before", before), ("with clients", loaded), ("baseline after", after)):
         s = w["s_per_step"]
         print(f"  {name:16s} {('-' if s is None else f'{s:.2f}'):>6s} s/step over {w['steps']} steps")
@@ -183,6 +199,7 @@ def _report(args: argparse.Namespace, before: dict, loaded: dict, after: dict, t
               "windows": {"before": before, "loaded": loaded, "after": after}, "traffic": traffic,
               "target_slowdown": TARGET_SLOWDOWN,
               "target_met": None if slowdown is None else slowdown <= TARGET_SLOWDOWN,
+              "pinned": bool(args.pin),
               "niceness": os.nice(0), "machine": machine_info()}
     print_json_last_line(result)
     return result
