@@ -72,6 +72,61 @@ def test_a_grpo_run_is_live_in_the_store(tmp_path):
     assert [e.kind for e in reader.read_events(run_id)][0] == "trl_attached"
 
 
+def test_an_rloo_run_is_detected_and_live_too(tmp_path):
+    import json
+
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import RLOOConfig, RLOOTrainer
+
+    from rlcockpit.world import SFT_CHECKPOINT
+    from rlcockpit.world.prompts import load_prompts
+
+    rows = [{"prompt": p.prompt, "meta_json": json.dumps(p.meta)} for p in load_prompts("train")[:16]]
+    config = RLOOConfig(output_dir=str(tmp_path / "out"), report_to="none", save_strategy="no", logging_steps=1,
+                        use_cpu=True, bf16=False, disable_tqdm=True, per_device_train_batch_size=4, num_generations=2,
+                        max_completion_length=8, beta=0.05, max_steps=2)
+    trainer = RLOOTrainer(model=AutoModelForCausalLM.from_pretrained(SFT_CHECKPOINT),
+                          reward_funcs=[EXAMPLE.world_reward("correctness")], args=config,
+                          train_dataset=Dataset.from_list(rows),
+                          processing_class=AutoTokenizer.from_pretrained(SFT_CHECKPOINT))
+    uri = f"sqlite:///{tmp_path / 'rloo.db'}"
+    cockpit = watch(trainer, store=uri)
+    trainer.train()
+    reader = open_store(uri).reader()
+    summary = reader.summary(cockpit.run.run_id)
+    assert summary.steps == 2 and summary.samples == 2 * 4
+    assert {"reward/mean", "kl/mean", "policy/entropy", "reward/correctness/mean"} <= set(summary.metric_names)
+    assert reader.read_events(cockpit.run.run_id)[0].payload["trainer"] == "RLOOTrainer"
+
+
+def test_the_plain_callback_takes_a_learning_rate_ticket(tmp_path):
+    """RlcockpitCallback in callbacks=[...] without the trainer: the learning rate is still a knob."""
+    from rlcockpit.control import Principal
+    from rlcockpit.integrations.trl import RlcockpitCallback
+
+    uri = f"sqlite:///{tmp_path / 'plain.db'}"
+    cockpit = RlcockpitCallback(store=uri, diagnostics=False)
+
+    class Approve(TrainerCallback):  # another person approves a change while step 1 ends
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                store = open_store(uri)
+                plane = ControlPlane.over(store.control(), store.reader())
+                ticket = plane.tickets.request(Principal("olga", "operator"), cockpit.run.run_id, "learning_rate",
+                                               5e-5, "slower")
+                plane.tickets.approve(Principal("alex", "approver"), ticket.ticket_id)
+
+    trainer = _trainer(tmp_path, 3)
+    trainer.add_callback(Approve())
+    trainer.add_callback(cockpit)
+    trainer.train()
+    live = open_store(uri).control().read_live_params(cockpit.run.run_id, limit=1)[0]
+    assert set(live.specs) == {"learning_rate"} and live.values["learning_rate"] == 5e-5
+    lrs = open_store(uri).reader().read_series(cockpit.run.run_id, ["optim/lr/actor"])["optim/lr/actor"]
+    assert list(lrs.values) == pytest.approx([1e-4, 5e-5, 5e-5])
+
+
 def test_tickets_and_commands_over_http_reach_the_trainer_at_its_boundary(tmp_path):
     from rlcockpit.server.app import create_app
     from rlcockpit.server.auth import control_for

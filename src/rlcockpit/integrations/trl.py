@@ -25,6 +25,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from transformers import TrainerCallback
@@ -76,6 +77,7 @@ class RlcockpitCallback(TrainerCallback):
         self._findings: list[Any] = []
         self._checkpoints: list[tuple[int, str]] = []
         self._stopped_by: str | None = None
+        self._knob_target = trainer  # what ticket changes are applied to
 
     # ------------------------------------------------------------------ start
 
@@ -94,8 +96,10 @@ class RlcockpitCallback(TrainerCallback):
                         run_id=self.run_id, config=_config_of(args, algo), token_arrays=self.token_arrays)
         if self.control_cfg:
             cfg = self.control_cfg if isinstance(self.control_cfg, ControlConfig) else ControlConfig()
-            knobs = knobs_of(trainer) if trainer is not None else {}
-            self.link = attach(self.run, opened, knobs, cfg)  # publishes the knobs: tickets can name them
+            if trainer is None:  # callbacks=[...]: what the Trainer hands its callbacks is enough for the lr
+                self._knob_target = SimpleNamespace(args=args, optimizer=kwargs.get("optimizer"),
+                                                    lr_scheduler=kwargs.get("lr_scheduler"))
+            self.link = attach(self.run, opened, knobs_of(self._knob_target), cfg)  # publishes the knobs: tickets can name them
         if self.diagnostics_cfg is not False:
             from rlcockpit.diagnostics import DiagnosticsConfig, Engine
             from rlcockpit.diagnostics.policy import Policy
@@ -221,10 +225,7 @@ class RlcockpitCallback(TrainerCallback):
 
     def _carry_out(self, change: Any, step: int, args: Any, control: Any) -> None:
         if change.kind == "param":
-            if self.trainer is None and change.name != "learning_rate":
-                change.failed("pass the trainer (rlcockpit.integrations.trl.watch) to change more than the learning rate")
-                return
-            apply_change(self.trainer, change.name, change.value)
+            apply_change(self._knob_target, change.name, change.value)
             change.applied()
         elif change.name == "checkpoint":
             control.should_save = True
