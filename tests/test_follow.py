@@ -80,6 +80,26 @@ def test_follows_tensorboard_trl_parquet_and_own_exports_in_process(tmp_path):
     assert reader.get_run(follower.run.run_id).status == "finished"
 
 
+def test_openrlhf_lines_followed_in_two_sessions_with_a_bad_line(tmp_path):
+    lines = (FIXTURES / "openrlhf_metrics.jsonl").read_text().splitlines()
+    log = tmp_path / "train.jsonl"
+    log.write_text("\n".join(lines[:2]) + "\n" + lines[2][:20])  # the third line is half written
+    uri = f"sqlite:///{tmp_path / 'o.db'}"
+    first = start_follow([log], store=uri, options=FollowOptions(diagnostics=False))
+    first.poll()
+    first.close("stopped")
+    with log.open("a") as f:
+        f.write(lines[2][20:] + "\nnot json\n" + "\n".join(lines[3:]) + "\n")
+    second = start_follow([log], store=uri, options=FollowOptions(diagnostics=False))
+    assert second.run.run_id == first.run.run_id
+    second.poll()
+    second.close("finished")
+    reader = open_store(uri).reader()
+    steps = reader.read_series(first.run.run_id, ["reward/mean"])["reward/mean"].steps
+    assert len(steps) == len(lines) and len(set(steps)) == len(steps)
+    assert second.bad == 1 and reader.get_run(first.run.run_id).status == "finished"
+
+
 def test_the_cli_follows_a_writer_through_a_kill_and_a_restart(tmp_path):
     """A verl-like writer appends in real time; the follower (the real CLI) is SIGKILLed midway and
     started again; the server reads all along. Every step lands once, with its samples, and the

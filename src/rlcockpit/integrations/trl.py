@@ -58,15 +58,16 @@ def watch(trainer: Any, **options: Any) -> RlcockpitCallback:
 
 
 class RlcockpitCallback(TrainerCallback):
-    """``store``: URI of the store; ``project`` / ``name`` / ``run_id``: the run's labels;
-    ``control``: take tickets (a ``ControlConfig``, True, or False); ``diagnostics``: a
+    """``store``: URI of the store; ``project`` / ``name`` / ``run_id``: the run's labels (``resume``:
+    continue run ``run_id``, e.g. with ``trainer.train(resume_from_checkpoint=...)``); ``control``: take tickets (a ``ControlConfig``, True, or False); ``diagnostics``: a
     ``DiagnosticsConfig``, None for the defaults, or False; ``token_arrays``: the telemetry's
     ``TokenArrayPolicy``."""
 
     def __init__(self, *, trainer: Any = None, store: str = "sqlite:///rlcockpit.db", project: str = "trl",
-                 name: str | None = None, run_id: str | None = None, control: Any = True,
+                 name: str | None = None, run_id: str | None = None, resume: bool = False, control: Any = True,
                  diagnostics: Any = None, token_arrays: Any = None) -> None:
         self.trainer, self.store, self.project, self.name, self.run_id = trainer, store, project, name, run_id
+        self.resume = resume
         self.control_cfg, self.diagnostics_cfg, self.token_arrays = control, diagnostics, token_arrays
         self.run: Any = None
         self.link: Any = None  # the control link (tickets and commands) when control is on
@@ -93,7 +94,8 @@ class RlcockpitCallback(TrainerCallback):
         algo, self.source = algorithm_of(trainer) if trainer is not None else ("Trainer", "trl-grpo")
         opened = open_store(self.store)
         self.run = init(project=self.project, name=self.name or f"{algo}-{args.run_name or 'trl'}", store=opened,
-                        run_id=self.run_id, config=_config_of(args, algo), token_arrays=self.token_arrays)
+                        run_id=self.run_id, resume=self.resume, config=_config_of(args, algo),
+                        token_arrays=self.token_arrays)
         if self.control_cfg:
             cfg = self.control_cfg if isinstance(self.control_cfg, ControlConfig) else ControlConfig()
             if trainer is None:  # callbacks=[...]: what the Trainer hands its callbacks is enough for the lr
