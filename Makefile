@@ -79,6 +79,11 @@ bench-follow: $(STAMP)
 bench-trl-callback: $(STAMP)
 	$(PY) benchmarks/trl_callback.py $(BENCH_ARGS)
 
+# The detection benchmark's faults injected into TRL GRPO runs: do the same detectors fire?
+.PHONY: bench-trl-faults
+bench-trl-faults: $(STAMP)
+	$(PY) benchmarks/trl_faults.py $(BENCH_ARGS)
+
 # Telemetry and store benchmarks (benchmarks/README.md). MLflow, W&B and TensorBoard(X) live ONLY in
 # .benchvenv-trackers, never in the project's extras; torch is pinned first, as for the project venv.
 # The [train] extra lets benchmarks/telemetry.py time real tiny-world PPO steps. BENCH_ARGS passes

@@ -243,3 +243,16 @@ def test_the_callback_cost_benchmark_runs_and_reports_json():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["benchmark"] == "trl_callback" and result["step_ms_without"] > 0
     assert 0 < result["detectors_share"] < result["callback_share"] < 0.5
+
+
+def test_the_trl_faults_benchmark_runs_and_reports_json():
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "trl_faults.py"), "--quick", "--steps", "6",
+                           "--onset", "3"], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["benchmark"] == "trl_faults" and list(result["faults"]) == ["lr_spike"]
+    assert "gradients" in result["faults"]["lr_spike"]["expected"]
