@@ -165,3 +165,18 @@ def test_trailing_onset_is_the_first_step_of_the_last_run():
     assert W.trailing_onset(steps, [True, False, True, True, True]) == 12
     assert W.trailing_onset(steps, [True] * 5) == 10
     assert W.trailing_onset(steps, [True, True, True, True, False]) is None
+
+
+def test_median_equals_numpy_on_random_series_with_nan_inf_and_long_inputs():
+    from rlcockpit.diagnostics.windows import median
+
+    rng = np.random.default_rng(11)
+    for _ in range(500):
+        n = int(rng.integers(0, 140))
+        x = rng.normal(0, 10, n)
+        if n and rng.random() < 0.2:
+            x[rng.integers(0, n)] = rng.choice([np.nan, np.inf, -np.inf])
+        for values in (x, list(x), x.astype(np.float32)):
+            want = float(np.median(x)) if n else math.nan
+            got = median(values)
+            assert (math.isnan(want) and math.isnan(got)) or got == pytest.approx(want, rel=1e-6, abs=1e-6)

@@ -83,12 +83,30 @@ def rolling(values: Sequence[float], w: int) -> np.ndarray:
     return np.lib.stride_tricks.sliding_window_view(x, w)
 
 
+SMALL = 64  # below this many values a sort in Python is ~10x faster than np.median's machinery
+
+
+def median(values: Iterable[float] | np.ndarray) -> float:
+    """``float(np.median(values))``, fast for the short windows detectors keep (the engine runs
+    every detector every step: np.median costs ~20 µs on 20 values, a Python sort ~2 µs).
+    NaN for an empty series or when any value is NaN, like np.median."""
+    x = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    n = len(x)
+    if n == 0:
+        return math.nan
+    if n > SMALL or not math.isfinite(math.fsum(x)):
+        return float(np.median(np.asarray(x, dtype=float)))
+    x.sort()
+    mid = n // 2
+    return float(x[mid]) if n % 2 else (x[mid - 1] + x[mid]) / 2.0
+
+
 def mad(values: Sequence[float]) -> float:
     """Median absolute deviation from the median (unscaled); NaN for an empty series."""
     x = _arr(values)
     if len(x) == 0:
         return math.nan
-    return float(np.median(np.abs(x - np.median(x))))
+    return median(np.abs(x - median(x)))
 
 
 def robust_z(value: float, reference: Sequence[float], floor: float = 1e-12) -> float:
@@ -101,7 +119,7 @@ def robust_z(value: float, reference: Sequence[float], floor: float = 1e-12) -> 
     x = _arr(reference)
     if len(x) == 0:
         return math.nan
-    med = float(np.median(x))
+    med = median(x)
     scale = max(MAD_TO_SIGMA * mad(x), floor)
     return (float(value) - med) / scale
 
@@ -187,7 +205,7 @@ def theil_sen(values: Sequence[float]) -> float:
 
 def _head_tail(x: np.ndarray, k: int) -> tuple[float, float]:
     k = max(1, min(int(k), len(x)))
-    return float(np.median(x[:k])), float(np.median(x[-k:]))
+    return median(x[:k]), median(x[-k:])
 
 
 def relative_drop(values: Sequence[float], k: int = 3, eps: float = 1e-12) -> float:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from rlcockpit.diagnostics.windows import MAD_TO_SIGMA, Window, mad, robust_z
+from rlcockpit.diagnostics.windows import MAD_TO_SIGMA, Window, mad, median, robust_z
 from rlcockpit.metrics.ks import ks_2samp, ks_statistic, kstwo_sf
 from rlcockpit.records import SampleRecord
 
@@ -61,7 +61,7 @@ class Lagged:
     @property
     def median(self) -> float:
         ref = self.reference.values
-        return float(np.median(ref)) if ref.size else math.nan
+        return median(ref)
 
     def scale(self, floor: float) -> float:
         """Robust spread of the reference (1.4826 · MAD), never below ``floor``."""

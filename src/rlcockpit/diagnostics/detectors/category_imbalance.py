@@ -45,7 +45,7 @@ from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.detectors._reward_stats import Lagged, PooledLevel
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, mann_kendall
+from rlcockpit.diagnostics.windows import Window, mann_kendall, median
 from rlcockpit.records import SampleRecord
 
 PREFIX = "reward/category/"
@@ -132,7 +132,7 @@ class CategoryImbalance(Detector):
         names = sorted(set(categories(view)) | set(per_category))
         if len(names) < 2:
             return SKIPPED
-        floor = cfg.floor_frac * float(np.median(self._std.values)) if len(self._std) else 1e-6
+        floor = cfg.floor_frac * median(self._std.values) if len(self._std) else 1e-6
         floor = max(floor, 1e-9)
         self._std.push(view.finite("reward/std"), view.step)
         for name in names:
@@ -174,7 +174,7 @@ class CategoryImbalance(Detector):
             return False, None
         values = cat.trend.values
         trend = mann_kendall(values)
-        lost = float(np.median(values[:5]) - np.median(values[-5:]))
+        lost = median(values[:5]) - median(values[-5:])
         scale = cat.level.scale(floor)
         return trend.z <= -cfg.z_trend and lost >= 3.0 * scale, trend.z
 
@@ -186,7 +186,7 @@ class CategoryImbalance(Detector):
         others = {n: v for n, v in zs.items() if n != name}
         if not falling or not others:
             return None
-        others_z = float(np.median(list(others.values())))
+        others_z = median(others.values())
         if others_z < cfg.others_min:
             return None  # everything falls: a general decline, not an imbalance (reward_shape)
         deep = z <= -2.0 * self._z_drop

@@ -42,7 +42,7 @@ from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.detectors._reward_stats import Lagged, ks_test
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window
+from rlcockpit.diagnostics.windows import Window, median
 
 NOT_COMPONENTS = frozenset({"raw", "uncertainty", "normalized", "category"})
 
@@ -112,7 +112,7 @@ class RMComponentBias(Detector):
         names = component_names(view)
         if len(names) < 2:
             return SKIPPED  # one component is the total reward: nothing to compare it with
-        floor = self.config.floor_frac * float(np.median(self._std.values)) if len(self._std) \
+        floor = self.config.floor_frac * median(self._std.values) if len(self._std) \
             else 1e-6
         self._std.push(view.finite("reward/std"), view.step)
         for name in names:
@@ -142,7 +142,7 @@ class RMComponentBias(Detector):
         cfg = self.config
         z = zs[name]
         others = [abs(v) for n, v in zs.items() if n != name]
-        calm = not others or float(np.median(others)) < cfg.z_others
+        calm = not others or median(others) < cfg.z_others
         ks = self._ks(name, view)
         shifted = ks is not None and ks[1] < cfg.ks_p and ks[0] >= cfg.ks_d \
             and abs(z) >= cfg.z_jump / 2
