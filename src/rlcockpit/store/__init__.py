@@ -1,4 +1,6 @@
-"""Stores chosen by URI: ``sqlite:///path/to.db`` (default). See :func:`open_store`.
+"""Stores chosen by URI: ``sqlite:///path/to.db`` (default), ``clickhouse://host:8123/db`` and
+``chdb:///path/to/dir`` (ClickHouse; the client libraries are imported only when such a store is
+opened). See :func:`open_store`.
 
     from rlcockpit.store import open_store
     store = open_store("sqlite:///runs.db")
@@ -23,10 +25,12 @@ from rlcockpit.store.base import (
 from rlcockpit.store.uri import AVAILABLE_SCHEMES, VALID_SCHEMES, parse_store_uri
 
 if TYPE_CHECKING:
+    from rlcockpit.store.clickhouse import ClickHouseStore
     from rlcockpit.store.sqlite import SqliteStore
 
 
-def open_store(uri: str | Path, *, create: bool = True, read_only: bool = False) -> SqliteStore:
+def open_store(uri: str | Path, *, create: bool = True, read_only: bool = False
+               ) -> SqliteStore | ClickHouseStore:
     """Open (and create or upgrade) the store at ``uri``; fail fast with a fix when it cannot.
 
     Accepted: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, or a bare file
@@ -40,8 +44,16 @@ def open_store(uri: str | Path, *, create: bool = True, read_only: bool = False)
     ``read_only=True`` (``rlcockpit runs``, ``audit verify``): never writes — no migration, no
     journal-mode change — and works on a file or directory this user cannot write; only
     ``reader()`` and the control store's reads work.
+
+    ``clickhouse://[user[:password]@]host[:port]/database[?secure=true]`` and
+    ``chdb:///path/to/dir`` open a :class:`~rlcockpit.store.clickhouse.ClickHouseStore`
+    (docs/store.md, "ClickHouse"); ``create=False`` then refuses a database without a store.
     """
     parsed = parse_store_uri(uri)
+    if parsed.scheme in ("clickhouse", "chdb"):
+        from rlcockpit.store.clickhouse import ClickHouseStore
+
+        return ClickHouseStore(parsed, create=create, read_only=read_only)
     from rlcockpit.store.sqlite import SqliteStore
 
     return SqliteStore(parsed, create=create and not read_only, read_only=read_only)

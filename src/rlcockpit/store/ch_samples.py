@@ -1,0 +1,207 @@
+"""ClickHouse SQL for the curve downsampler, the sample explorer and field histograms.
+
+``q`` is the reader's query function (SQL text -> rows); everything here is one dialect for both
+transports. Samples are read in two steps: the page's keys from the narrow columns (filters,
+order, limit), then the page's rows with their texts and arrays by key, so a page never reads the
+prompts and responses of the rows it skips.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+
+from rlcockpit.errors import ConfigError
+from rlcockpit.records import SampleRecord
+from rlcockpit.store.base import SAMPLE_HISTOGRAM_FIELDS, SampleHistogram, SamplePage, SampleQuery
+from rlcockpit.store.ch_transport import lit
+from rlcockpit.store.codec import decode_f16, decode_tokens
+
+Query = Callable[..., list[tuple]]
+Point = tuple[int, float, float]  # step, value, wall_time
+
+ORDERS = {
+    "step_asc": "step, sample_id",
+    "step_desc": "step DESC, sample_id DESC",
+    # NaN rewards sort like SQLite's NULLs: first ascending, last descending
+    "reward_asc": "isNaN(reward) DESC, reward, step, sample_id",
+    "reward_desc": "isNaN(reward), reward DESC, step, sample_id",
+}
+MAX_PAGE = 10_000
+# a TTL may have dropped a sample's arrays after it was written with them
+HAS_ARRAYS = ("(has_token_arrays = 1 AND NOT (isNull(tokens) AND isNull(logprobs) AND "
+              "isNull(ref_logprobs) AND isNull(token_kl)))")
+_NARROW = ("step, sample_id, toString(category), reward, prompt_id, group_id, "
+           f"{HAS_ARRAYS}, flags, length, truncated, uncertainty, advantage, value, kl_sum, "
+           "kl_max, prompt, response, components")
+_ARRAYS = "hex(tokens), hex(logprobs), hex(ref_logprobs), hex(token_kl)"
+
+
+# --------------------------------------------------------------------------- curves
+
+
+def series_points(q: Query, db: str, run_id: str, name: str, lo: int, hi: int,
+                  max_points: int | None) -> tuple[list[Point], bool]:
+    """((step, value, wall_time) ascending, downsampled?) of one metric in [lo, hi]. Downsampled:
+    per bucket the row with the smallest value, the row with the largest and the first NaN row —
+    every returned point is a stored row, and a one-step spike always survives."""
+    where = (f"run_id = {lit(run_id)} AND name = {lit(name)} AND step BETWEEN {lo} AND {hi}")
+    n, first, last = q(f"SELECT count(), min(step), max(step) FROM {db}.metrics WHERE {where}")[0]
+    if not n:
+        return [], False
+    if max_points is None or n <= max_points:
+        found = q(f"SELECT step, value, wall_time FROM {db}.metrics WHERE {where} ORDER BY step")
+        return [(int(s), float(v), float(w)) for s, v, w in found], False
+    for buckets in (max_points // 2, max_points // 3):
+        points = _bucket_extremes(q, db, where, int(first), int(last), buckets)
+        if len(points) <= max_points:
+            break
+    return points, True
+
+
+def _bucket_extremes(q: Query, db: str, where: str, first: int, last: int, buckets: int
+                     ) -> list[Point]:
+    width = max(1, math.ceil((last - first + 1) / buckets))
+    ok = "NOT isNaN(value)"
+    found = q(
+        f"SELECT countIf({ok}), argMinIf(tuple(step, value, wall_time), value, {ok}), "
+        f"argMaxIf(tuple(step, value, wall_time), value, {ok}), countIf(isNaN(value)), "
+        f"minIf(tuple(step, wall_time), isNaN(value)) FROM {db}.metrics WHERE {where} "
+        f"GROUP BY intDiv(step - {first}, {width})")
+    points: dict[int, Point] = {}
+    for finite, low, high, nans, nan_row in found:
+        low, high, nan_row = _tuple(low), _tuple(high), _tuple(nan_row)
+        if finite:
+            points[int(low[0])] = (int(low[0]), float(low[1]), float(low[2]))
+            points[int(high[0])] = (int(high[0]), float(high[1]), float(high[2]))
+        if nans:
+            points[int(nan_row[0])] = (int(nan_row[0]), math.nan, float(nan_row[1]))
+    return [points[s] for s in sorted(points)]
+
+
+def _tuple(value) -> tuple:
+    """A ClickHouse tuple as the transport gives it (chDB's Arrow: a dict of its elements)."""
+    return tuple(value.values()) if isinstance(value, dict) else tuple(value)
+
+
+# --------------------------------------------------------------------------- sample pages
+
+
+def sample_page(q: Query, db: str, run_id: str, query: SampleQuery) -> SamplePage:
+    _validate(query)
+    where = _filters(run_id, query)
+    total = q(f"SELECT count() FROM {db}.samples WHERE {where}")[0][0]
+    keys = q(f"SELECT step, sample_id FROM {db}.samples WHERE {where} "
+             f"ORDER BY {ORDERS[query.order]} LIMIT {int(query.limit)} OFFSET {int(query.offset)}")
+    found = samples_by_key(q, db, run_id, [(int(s), int(i)) for s, i in keys],
+                           query.include_token_arrays)
+    return SamplePage(items=tuple(f[0] for f in found), total=int(total), offset=query.offset,
+                      limit=query.limit, has_token_arrays=tuple(f[1] for f in found))
+
+
+def samples_by_key(q: Query, db: str, run_id: str, keys: Sequence[tuple[int, int]],
+                   with_arrays: bool) -> list[tuple[SampleRecord, bool]]:
+    """(record, has arrays in the store) for each (step, sample_id) that exists, in ``keys``
+    order."""
+    if not keys:
+        return []
+    lo, hi = min(k[0] for k in keys), max(k[0] for k in keys)
+    arrays = _ARRAYS if with_arrays else "NULL, NULL, NULL, NULL"
+    found = q(f"SELECT {_NARROW}, {arrays} FROM {db}.samples WHERE run_id = {lit(run_id)} "
+              f"AND step BETWEEN {lo} AND {hi} AND (step, sample_id) IN "
+              f"({', '.join(lit(tuple(k)) for k in keys)})")
+    by_key = {(int(r[0]), int(r[1])): r for r in found}
+    return [_sample(by_key[k]) for k in keys if k in by_key]
+
+
+def _sample(row: tuple) -> tuple[SampleRecord, bool]:
+    (step, sample_id, category, reward, prompt_id, group_id, has_arrays, flags, length, truncated,
+     uncertainty, advantage, value, kl_sum, kl_max, prompt, response, components, tokens, logprobs,
+     ref_logprobs, token_kl) = row
+    record = SampleRecord(
+        step=int(step), sample_id=int(sample_id), prompt=_text(prompt), response=_text(response),
+        reward=float(reward), prompt_id=_text(prompt_id), group_id=int(group_id),
+        category=category, components=json.loads(_text(components)), flags=tuple(flags),
+        length=int(length), truncated=bool(truncated), uncertainty=uncertainty,
+        advantage=advantage, value=value, kl_sum=kl_sum, kl_max=kl_max,
+        tokens=decode_tokens(_blob(tokens)), logprobs=decode_f16(_blob(logprobs)),
+        ref_logprobs=decode_f16(_blob(ref_logprobs)), token_kl=decode_f16(_blob(token_kl)))
+    return record, bool(has_arrays)
+
+
+def _text(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _blob(hexed) -> bytes | None:
+    return None if hexed is None else bytes.fromhex(_text(hexed))
+
+
+def _validate(q: SampleQuery) -> None:
+    if q.order not in ORDERS:
+        raise ConfigError(f"sample order {q.order!r} is not one of {', '.join(ORDERS)}",
+                          details={"key": "order", "value": q.order})
+    if not 0 <= q.limit <= MAX_PAGE:
+        raise ConfigError(f"limit={q.limit} must be in [0, {MAX_PAGE}]; page through larger "
+                          "results with offset", details={"key": "limit", "value": q.limit})
+    if q.offset < 0:
+        raise ConfigError(f"offset={q.offset} must be >= 0",
+                          details={"key": "offset", "value": q.offset})
+
+
+def _filters(run_id: str, q: SampleQuery) -> str:
+    clauses = [f"run_id = {lit(run_id)}"]
+    simple = (("step >= {}", q.step_min), ("step <= {}", q.step_max),
+              ("category = {}", q.category), ("reward >= {}", q.reward_min),
+              ("reward <= {}", q.reward_max), ("prompt_id = {}", q.prompt_id))
+    clauses += [clause.format(lit(value)) for clause, value in simple if value is not None]
+    if q.has_token_arrays is not None:
+        clauses.append(HAS_ARRAYS if q.has_token_arrays else f"NOT {HAS_ARRAYS}")
+    if q.flags:
+        clauses.append(f"hasAll(flags, {lit([str(f) for f in q.flags])})")
+    if q.text:
+        needle = lit(q.text)
+        clauses.append(f"(positionCaseInsensitiveUTF8(prompt, {needle}) > 0 OR "
+                       f"positionCaseInsensitiveUTF8(response, {needle}) > 0)")
+    return " AND ".join(clauses)
+
+
+# --------------------------------------------------------------------------- histograms
+
+
+def sample_histogram(q: Query, db: str, run_id: str, field: str, bins: int, *,
+                     step_min: int | None, step_max: int | None) -> SampleHistogram:
+    """Equal-width bins over the finite range, counted in one pass; a value is placed by the
+    same edges the result reports (checked against its neighbours, as ``>=`` lower and ``<``
+    upper edge, the last bin closed)."""
+    if field not in SAMPLE_HISTOGRAM_FIELDS:
+        raise ConfigError(f"sample field {field!r} cannot be binned; choose one of "
+                          f"{', '.join(SAMPLE_HISTOGRAM_FIELDS)}", details={"key": "field"})
+    if not 1 <= bins <= 10_000:
+        raise ConfigError(f"bins={bins} must be in [1, 10000]", details={"key": "bins"})
+    where = f"run_id = {lit(run_id)}"
+    if step_min is not None:
+        where += f" AND step >= {int(step_min)}"
+    if step_max is not None:
+        where += f" AND step <= {int(step_max)}"
+    x = f"toFloat64({field})"
+    total, finite, lo, hi = q(f"SELECT count(), countIf(isFinite({x})), minIf({x}, isFinite({x})), "
+                              f"maxIf({x}, isFinite({x})) FROM {db}.samples WHERE {where}")[0]
+    if not finite:
+        return SampleHistogram(field, (), (), int(total), 0, step_min, step_max)
+    lo, hi = float(lo), float(hi)
+    if hi == lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    edges = [lo + (hi - lo) * i / bins for i in range(bins)] + [hi]
+    width = (hi - lo) / bins
+    found = q(
+        f"SELECT b0 - (x < e[b0 + 1]) + (b0 < {bins - 1} AND x >= e[b0 + 2]) AS b, count() FROM "
+        f"(SELECT {x} AS x, {lit(edges)} AS e, "
+        f"least(toInt64(floor((x - {lo!r}) / {width!r})), {bins - 1}) AS b0 "
+        f"FROM {db}.samples WHERE {where} AND isFinite({x})) GROUP BY b")
+    counts = [0] * bins
+    for b, n in found:
+        counts[min(max(int(b), 0), bins - 1)] += int(n)
+    return SampleHistogram(field, tuple(edges), tuple(counts), int(total), int(finite),
+                           step_min, step_max)
