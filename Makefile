@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
-EXTRAS ?= train,server,io,trl,clickhouse,dev
+EXTRAS ?= train,server,io,trl,ops,clickhouse,dev
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint install clean bench
@@ -30,6 +30,16 @@ $(BROWSER): | $(PY)
 	-fc-list :lang=zh | grep -q . || $(SUDO) apt-get install -y fonts-wqy-microhei
 	touch $(BROWSER)
 
+# The ops tests (tests/test_ops_*.py, docs/ops.md) start Debian's Prometheus and Alertmanager on
+# loopback and talk to them through their HTTP APIs. Debian has no Grafana Loki (its `loki` package is
+# an unrelated genetics program) and no OTLP collector: see docs/ops.md for how those are tested.
+OPS_DAEMONS := $(VENV)/.ops-daemons
+$(OPS_DAEMONS): | $(PY)
+	command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null || \
+		($(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y \
+		--no-install-recommends prometheus prometheus-alertmanager)
+	touch $(OPS_DAEMONS)
+
 demo: $(STAMP)
 	$(VENV)/bin/rlcockpit demo
 
@@ -37,7 +47,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	cd src && ../$(VENV)/bin/lint-imports ../pyproject.toml --no-cache
 
-test: $(STAMP) $(BROWSER) lint
+test: $(STAMP) $(BROWSER) $(OPS_DAEMONS) lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --timeout 900 tests
 
 clean:

@@ -28,6 +28,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--worker-threads", type=int, default=4,
                    help="API requests answered at once (default 4; keeps a trainer on the same "
                         "machine fed)")
+    p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
+                   help="serve Prometheus metrics at /metrics (default on; docs/ops.md)")
+    p.add_argument("--metrics-refresh", type=float, default=2.0, metavar="SECONDS",
+                   help="/metrics reads the store at most this often (default 2)")
+    p.add_argument("--metrics-runs", type=int, default=20, metavar="N",
+                   help="/metrics exports the N most recent runs, running ones first (default 20)")
+    p.add_argument("--log-format", choices=("console", "json"), default="console",
+                   help="json: one JSON object per log line with rl_component=server (docs/ops.md)")
+    p.add_argument("--loki-url", default="", metavar="URL",
+                   help="also push the server's log lines to this Loki (base URL)")
     p.set_defaults(func=_command)
 
 
@@ -52,11 +62,54 @@ def _command(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, port=free_port(settings.host))
     store = open_store(settings.store, create=False)
     access, control = control_for(settings, store)  # refuses a non-loopback bind without users
-    app = create_app(settings, store, access=access, control=control)
+    app = create_app(settings, store, access=access, control=control, metrics=metrics_hook(args))
     print(f"rlcockpit cockpit for {settings.store}: http://{_url_host(settings.host)}:"
           f"{settings.port}/  (Ctrl-C stops)", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    handlers = _structured_logs(args)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
+                    log_config=None if handlers else uvicorn.config.LOGGING_CONFIG)
+    finally:
+        for handler in handlers:
+            handler.close()
     return 0
+
+
+def _structured_logs(args: argparse.Namespace) -> list[Any]:
+    """``--log-format json`` / ``--loki-url``: the server's and uvicorn's log lines as JSON."""
+    if args.log_format != "json" and not args.loki_url:
+        return []
+    import logging
+
+    from rlcockpit.integrations.logs import configure
+
+    handlers = configure(args.log_format, loki_url=args.loki_url)
+    for name in ("uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers = list(handlers)
+        logger.propagate = False
+        logger.setLevel(logging.WARNING)
+    return handlers
+
+
+def metrics_hook(args: argparse.Namespace) -> Any:
+    """The Prometheus exporter the server's ``/metrics`` calls (None with --no-metrics)."""
+    if not args.metrics:
+        return None
+    from rlcockpit.errors import ConfigError
+
+    try:
+        import prometheus_client  # noqa: F401  (fail fast, here, not at the first scrape)
+
+        from rlcockpit.integrations.prometheus import StoreExporter
+    except ImportError as exc:
+        raise ConfigError("/metrics needs prometheus-client: pip install 'rlcockpit[server]' (or "
+                          "serve with --no-metrics)", details={"key": "--metrics"}) from exc
+    try:
+        return StoreExporter(refresh_s=args.metrics_refresh, max_runs=args.metrics_runs)
+    except ValueError as exc:
+        raise ConfigError(f"{exc}: give --metrics-refresh >= 0 and --metrics-runs >= 1",
+                          details={"key": "--metrics-refresh"}) from exc
 
 
 def _url_host(host: str) -> str:

@@ -72,6 +72,9 @@ def register(subparsers: Any) -> None:
                         "same run id continues in the store")
     p.add_argument("--name", help="run name (overrides name)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    p.add_argument("--log-format", choices=("console", "json"),
+                   help="json: one JSON log line per phase, step and finding with rl_phase, "
+                        "rl_component, rl_status, run, step (overrides ops.log_format; docs/ops.md)")
     p.set_defaults(func=run_command)
 
 
@@ -85,6 +88,8 @@ def build_config(args: argparse.Namespace, base: dict[str, Any] | None = None) -
         data.setdefault("telemetry", {})["store"] = args.store
     if args.name:
         data["name"] = args.name
+    if getattr(args, "log_format", None):
+        data.setdefault("ops", {})["log_format"] = args.log_format
     return from_dict(TrainConfig, data)
 
 
@@ -103,14 +108,19 @@ def run_command(args: argparse.Namespace) -> int:
 
         resume_path = resolve_checkpoint(args.resume, cfg.checkpoint.dir)
         cfg = build_config(args, base=checkpoint_config(resume_path))
+    from rlcockpit.cli.ops import close_all, wire_trainer
     from rlcockpit.trainer.trainer import Trainer
 
     trainer = Trainer(cfg, resume_from=resume_path, control_store=control_store(cfg))
-    if args.quiet:
-        result = trainer.run()
-    else:
-        result = run_with_progress(trainer, cfg)
-        print_summary(result, cfg)
+    closers = wire_trainer(trainer, cfg)  # Prometheus, Alertmanager, JSON logs, traces (docs/ops.md)
+    try:
+        if args.quiet or cfg.ops.log_format == "json":  # JSON lines, no progress bar between them
+            result = trainer.run()
+        else:
+            result = run_with_progress(trainer, cfg)
+            print_summary(result, cfg)
+    finally:
+        close_all(closers)
     return 0 if result.status in ("finished", "stopped") else 1
 
 

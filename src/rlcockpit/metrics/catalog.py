@@ -294,8 +294,19 @@ _SYSTEM = _specs("system", [
      "GPU utilisation averaged over the step (0 on CPU). Healthy: high during rollout and "
      "update; low values mean the GPU waits on data or the host."),
     ("cost/usd_per_step", "USD", "down",
-     "Estimated cost of the step: wall time times the configured hourly price. Healthy: flat "
-     "or falling; a rise usually follows longer responses or slower phases."),
+     "Estimated cost of the step: wall time times accelerators times the configured hourly "
+     "price (cost.price_per_hour; docs/cost.md). Healthy: flat or falling; a rise usually "
+     "follows longer responses or slower phases."),
+    ("cost/tokens_generated", "tokens", "none",
+     "Response tokens sampled in the step (EOS included, padding excluded): the cost ledger's "
+     "2N FLOPs per token (seed 004 §1). Falls when a sampling schedule lowers "
+     "rollout.n_samples."),
+    ("cost/tokens_trained", "tokens", "none",
+     "Response tokens the update trained on: tokens_generated times ppo.epochs (6N FLOPs per "
+     "token in the ledger)."),
+    ("cost/prompt_tokens", "tokens", "none",
+     "Prompt tokens of the step's samples (each prompt counted once per sample): prefill work "
+     "the ledger reports next to the generated tokens."),
     ("telemetry/dropped_total", "records", "flat",
      "Running count of telemetry records dropped (full queue or store error). Telemetry never "
      "blocks training, so it counts what it lost. Healthy: stays 0."),

@@ -8,17 +8,18 @@ route, see deps.py) and ``control`` (its routers are included when given).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi import Depends, FastAPI
+from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from rlcockpit._version import __version__
 from rlcockpit.errors import ConfigError
 from rlcockpit.server import handlers, workers
+from rlcockpit.server.deps import Reader, require_viewer
 from rlcockpit.server.guard import Guard
 from rlcockpit.server.responses import json_response
 from rlcockpit.server.routes import diagnostics, library, live, runs, samples
@@ -26,15 +27,17 @@ from rlcockpit.server.settings import ServerSettings
 from rlcockpit.server.stream import SharedReads
 
 BUNDLED_STATIC = Path(__file__).parent / "static"
+MetricsHook = Callable[[Any], tuple[bytes, str]]
 READ_ROUTERS = (runs.router, samples.router, diagnostics.router, library.router, live.router)
 
 
 def create_app(settings: ServerSettings, store: Any = None, *, access: Any = None,
-               control: Any = None) -> FastAPI:
+               control: Any = None, metrics: MetricsHook | None = None) -> FastAPI:
     """Build the app. ``store`` is an opened store (``open_store``); when None it is opened from
     ``settings.store`` (fails fast if the file is missing). ``access`` checks roles on every read
     route (None: no users, everyone reads); ``control`` is the control plane, whose routers the
-    control helper includes here."""
+    control helper includes here. ``metrics`` serves ``GET /metrics`` (the cli passes the
+    Prometheus exporter of rlcockpit.integrations: ``metrics(reader) -> (body, content type)``)."""
     if not settings.is_loopback and access is None and control is None:
         raise ConfigError(f"host {settings.host} would expose the cockpit without access checks; pass "
                           "access= and control= (rlcockpit.server.auth.control_for) or bind 127.0.0.1",
@@ -72,6 +75,8 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
         from rlcockpit.server import routes_control
 
         routes_control.include(app)
+    if metrics is not None:
+        mount_metrics(app, metrics)
     mount_ui(app, Path(settings.static_dir) if settings.static_dir else BUNDLED_STATIC)
     document_caps(app, settings)
     app.add_middleware(Guard, host_names=settings.host_names(), max_body_bytes=settings.max_body_bytes,
@@ -102,6 +107,16 @@ def _set_maximum(schema: dict[str, Any], cap: int) -> None:
     for option in schema.get("anyOf", [schema]):
         if option.get("type") == "integer":
             option["maximum"] = cap
+
+
+def mount_metrics(app: FastAPI, metrics: MetricsHook) -> None:
+    """``GET /metrics``: the Prometheus exposition (docs/ops.md), behind the viewer check like
+    every read route, its store reads bounded by the request's deadline."""
+
+    @app.get("/metrics", include_in_schema=False, dependencies=[Depends(require_viewer)])
+    def prometheus_metrics(reader: Reader) -> Response:
+        body, content_type = metrics(reader)
+        return Response(body, media_type=content_type)
 
 
 def mount_ui(app: FastAPI, static_dir: Path) -> None:

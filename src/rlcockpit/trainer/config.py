@@ -219,6 +219,51 @@ class TelemetryConfig(Config):
 
 
 @dataclass(frozen=True)
+class OpsConfig(Config):
+    """The ops stack (docs/ops.md): Prometheus, Alertmanager, JSON logs / Loki, OpenTelemetry.
+    Everything is off by default; the cli wires what is set, and a failure at run time is
+    counted, never raised into the training loop."""
+
+    prometheus_port: int = option(0, help="Serve this process's RL metrics, findings and phase "
+                                          "durations at http://prometheus_host:PORT/metrics; 0 = off.",
+                                  range=(0, 65535))
+    prometheus_host: str = option("127.0.0.1", help="Address of the training process's /metrics.")
+    alertmanager_url: str = option("", help="Send findings to this Alertmanager (base URL, e.g. "
+                                            "http://127.0.0.1:9093; API v2); empty = off.")
+    alertmanager_min_severity: str = option("yellow", help="Lowest severity sent to Alertmanager.",
+                                            choices=("info", "yellow", "orange", "red", "black"))
+    alert_resolve_after_s: float = option(3600.0, help="A sent finding fires this long unless "
+                                                       "sent again or resolved (Alertmanager endsAt).",
+                                          range=(1.0, 1e7))
+    cockpit_url: str = option("", help="The cockpit's URL, linked from each alert (generatorURL).")
+    log_format: str = option("console", help='"json": one JSON object per log line with rl_phase, '
+                                             "rl_component, rl_status, run and step (Loki-ready).",
+                             choices=("console", "json"))
+    loki_url: str = option("", help="Push the log lines to this Loki (base URL; /loki/api/v1/push); "
+                                    "empty = off.")
+    otlp_endpoint: str = option("", help="Export OpenTelemetry traces over OTLP/HTTP to this "
+                                         "endpoint (e.g. http://127.0.0.1:4318/v1/traces); empty = off.")
+    trace_prompt_every: int = option(10, help="Every N steps, one prompt's chain (rollout -> reward "
+                                              "-> critic -> update) is traced as well; 0 = never.",
+                                     range=(0, 1_000_000))
+
+
+@dataclass(frozen=True)
+class CostConfig(Config):
+    """What the run costs (seed 004; docs/cost.md): the price and hardware the ledger uses."""
+
+    price_per_hour: float = option(0.0, help="Price of one accelerator-hour (USD); 0 = money is "
+                                             "not estimated. Logged as cost/usd_per_step.",
+                                   range=(0.0, 1e6))
+    accelerators: int = option(1, help="Accelerators the run occupies (GPUs, or 1 for a CPU box).",
+                               range=(1, 1_000_000))
+    accelerator: str = option("cpu", help='Name shown in the ledger (e.g. "H100").')
+    peak_tflops: float = option(0.0, help="Peak dense TFLOP/s of one accelerator (H100 SXM bf16: "
+                                          "989); with it the ledger shows utilisation (MFU). 0 = "
+                                          "not measured.", range=(0.0, 1e6))
+
+
+@dataclass(frozen=True)
 class TrainConfig(Config):
     """Everything ``rlcockpit train`` needs. Dotted overrides address the fields: ``kl.coef=0.05``."""
 
@@ -243,6 +288,8 @@ class TrainConfig(Config):
     diagnostics: DiagnosticsConfig = option(default_factory=DiagnosticsConfig,
                                             help="Detectors, severity policy and notifications.")
     control: ControlConfig = option(default_factory=ControlConfig, help="Tickets and commands (docs/control.md).")
+    ops: OpsConfig = option(default_factory=OpsConfig, help="Prometheus, Alertmanager, logs, traces (docs/ops.md).")
+    cost: CostConfig = option(default_factory=CostConfig, help="Price and hardware of the cost ledger (docs/cost.md).")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -71,6 +71,7 @@ class Diagnosis:
         self.pending: list[Action] = []
         self.executor: Executor = execute
         self._reported_errors: set[str] = set()
+        self.sinks: list[Callable[[FindingRecord], Any]] = []  # ops: Prometheus, Alertmanager
         self._lock = threading.Lock()  # the engine is fed by DIAGNOSE and by the heartbeat thread
         self._stop_beat = threading.Event()
         self._beat: threading.Thread | None = None
@@ -157,8 +158,18 @@ class Diagnosis:
         except Exception as exc:  # fail soft: context is not worth a training step
             log.warning("could not note the change at step %d: %s", step, exc, exc_info=True)
 
+    def add_sink(self, fn: Callable[[FindingRecord], Any]) -> None:
+        """Every finding, as recorded, also goes to ``fn`` (the cli wires Prometheus and
+        Alertmanager here); a failing sink is logged, never raised."""
+        self.sinks.append(fn)
+
     def _record(self, f: FindingRecord) -> None:
         self.findings.append(f)
+        for sink in self.sinks:
+            try:
+                sink(f)
+            except Exception as exc:  # fail soft: an alert channel must not stop training
+                log.warning("finding sink %r failed: %s", sink, exc)
         if f.incident:
             self.incident_first_step.setdefault(f.incident, f.step)
         self.telemetry.finding(step=f.step, detector=f.detector, severity=f.severity, message=f.message,

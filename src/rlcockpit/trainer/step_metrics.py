@@ -11,6 +11,7 @@ import math
 import os
 import resource
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -63,6 +64,8 @@ LOGGED_METRICS: dict[str, str] = {
     "time/<phase>_s": "every step, per phase that ran (init, rollout, score, advantage, update, eval, "
                       "diagnose, hotfix, paused, checkpoint)",
     "perf/tokens_per_s": "every step", "perf/samples_per_s": "every step", "sys/rss_gb": "every step",
+    "cost/tokens_generated": "every step", "cost/tokens_trained": "every step",
+    "cost/prompt_tokens": "every step", "cost/usd_per_step": "every step when cost.price_per_hour > 0",
     "eval/reward/mean": "at step 0 and every eval.every steps",
     "eval/reward/category/<category>/mean": "at evaluation steps", "eval/accuracy/<category>": "at evaluation "
     "steps, when the reward function returns info/correct",
@@ -182,6 +185,28 @@ def system_metrics(durations: Mapping[str, float], samples: int, tokens: int, wa
         out["perf/tokens_per_s"] = tokens / wall_s
         out["perf/samples_per_s"] = samples / wall_s
     out["sys/rss_gb"] = rss_gb()
+    return out
+
+
+def cost_metrics(generated: int, ppo_epochs: int, prompt_tokens: int, wall_s: float,
+                 cost: Any) -> dict[str, float]:
+    """The cost ledger's inputs (seed 004, docs/cost.md): tokens generated (response tokens,
+    EOS included), tokens trained (each generated token once per PPO epoch), prompt tokens, and
+    the step's price when ``cost.price_per_hour`` is set."""
+    out = {"cost/tokens_generated": float(generated),
+           "cost/tokens_trained": float(generated * ppo_epochs),
+           "cost/prompt_tokens": float(prompt_tokens)}
+    if cost.price_per_hour > 0:
+        out["cost/usd_per_step"] = wall_s / 3600.0 * cost.accelerators * cost.price_per_hour
+    return out
+
+
+def model_size(actor: Any, critic: Any) -> dict[str, int]:
+    """Parameter counts N of the models (the cost ledger's FLOPs, docs/cost.md); embeddings
+    included, as in the 2N / 6N rule of thumb."""
+    out = {"actor_params": int(sum(p.numel() for p in actor.parameters()))}
+    if critic is not None:
+        out["critic_params"] = int(sum(p.numel() for p in critic.parameters()))
     return out
 
 

@@ -42,6 +42,7 @@ from rlcockpit.trainer.update import Updater
 log = logging.getLogger("rlcockpit.trainer")
 StepObserver = Callable[[int, dict[str, float]], Any]
 StepHook = Callable[["Trainer", int], Any]
+PhaseListener = Callable[[str, int, float, bool], Any]  # (phase, step, duration_s, ok)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Trainer:
         self.live = LiveControl(LiveParams.from_config(config))
         self.observers: list[StepObserver] = list(observers)
         self.step_hooks: list[StepHook] = []
+        self.phase_listeners: list[PhaseListener] = []
         self.resume_from = Path(resume_from) if resume_from else None
         self.telemetry: Any = None
         self.diagnosis = Diagnosis(config.diagnostics)
@@ -87,6 +89,11 @@ class Trainer:
         """Called as ``fn(trainer, step)`` before each step's ROLLOUT (fault injection, experiments).
         A hook may change models or send live requests; what it raises stops the run (fail fast)."""
         self.step_hooks.append(fn)
+
+    def add_phase_listener(self, fn: PhaseListener) -> None:
+        """Called as ``fn(phase, step, duration_s, ok)`` when a phase ends (the ops stack: phase
+        histograms, spans, log lines); what it raises is logged, never raised into the loop."""
+        self.phase_listeners.append(fn)
 
     def add_observer(self, fn: StepObserver) -> None:
         """Called in DIAGNOSE with (step, metrics); the diagnostics engine plugs in here."""
@@ -147,6 +154,7 @@ class Trainer:
         self._phase_ended("INIT", self.step, duration, True)
         if state is None:
             self.clock.durations["INIT"] = duration  # logged as time/init_s at step 0
+        self.telemetry.event(self.step, "model_size", sm.model_size(self.c.actor, self.c.critic))
         if self.c.skipped_prompts:
             self.telemetry.event(self.step, "prompts_skipped", {"count": self.c.skipped_prompts,
                                                                 "max_prompt_tokens": self.cfg.data.max_prompt_tokens})
@@ -338,8 +346,11 @@ class Trainer:
                                        actor_lr=self.updater.actor_opt.lr, critic_lr=critic_lr,
                                        has_critic=c.critic is not None, adaptive_kl=self.cfg.kl.adaptive))
         wall = time.perf_counter() - self._step_started
-        tokens = int(state.mask.sum()) * (1 + live.ppo_epochs)  # generated once, trained ppo_epochs times
+        generated = int(state.mask.sum())
+        tokens = generated * (1 + live.ppo_epochs)  # generated once, trained ppo_epochs times
         metrics.update(sm.system_metrics(self.clock.take_durations(), state.size, tokens, wall))
+        metrics.update(sm.cost_metrics(generated, live.ppo_epochs, int(state.batch.prompt_mask.sum()), wall,
+                                       self.cfg.cost))
         return metrics
 
     def _log_step(self, state: StepState, metrics: dict[str, float]) -> list[SampleRecord]:
@@ -434,6 +445,11 @@ class Trainer:
         if self.telemetry is not None:
             self.telemetry.phase(step, phase, "finished" if ok else "failed", duration_s=duration,
                                  progress=1.0 if ok else None)
+        for fn in self.phase_listeners:
+            try:
+                fn(phase, step, duration, ok)
+            except Exception as exc:  # fail soft: the ops stack must not stop training
+                log.warning("phase listener %r failed: %s", fn, exc)
 
     def _phase_overrun(self, phase: str, step: int, elapsed: float, limit: float) -> None:
         log.warning("phase %s at step %d has run %.2f s, over its limit of %g s", phase, step, elapsed, limit)
