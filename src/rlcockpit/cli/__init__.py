@@ -16,7 +16,7 @@ from rlcockpit.errors import RlcockpitError
 # module name under rlcockpit.cli -> registers one or more sub-commands
 # (a name whose module is absent is skipped: commands land one by one)
 COMMAND_MODULES = ("train", "demo", "world", "runs", "transfer", "doctor", "library", "snapshot",
-                   "faults", "serve", "users", "ticket", "commands", "audit", "store")
+                   "faults", "serve", "users", "ticket", "commands", "audit", "store", "cost")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -261,6 +261,11 @@ class CostConfig(Config):
     peak_tflops: float = option(0.0, help="Peak dense TFLOP/s of one accelerator (H100 SXM bf16: "
                                           "989); with it the ledger shows utilisation (MFU). 0 = "
                                           "not measured.", range=(0.0, 1e6))
+    sampling_schedule: str = option("", help='"seed004": the ledger shows what seed 004 §3.1\'s '
+                                             "schedule (n_samples 8 -> 4 -> 2 over the run's thirds, "
+                                             "temperature 1.0/0.8/0.6, top-p 0.95/0.9/0.85) would save "
+                                             "against the constant rollout.n_samples; \"\" = off.",
+                                    choices=("", "seed004"))
 
 
 @dataclass(frozen=True)

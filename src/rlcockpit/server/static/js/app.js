@@ -14,6 +14,7 @@ import { clear, errorState, h, loading } from "./ui.js";
 import "./views/dashboard.js";
 import "./views/samples.js";
 import "./views/alerts.js";
+import "./views/cost.js";
 import "./views/snapshot.js";
 import "./views/library.js";
 import "./views/runs.js";
