@@ -1,5 +1,6 @@
-"""Query speed of the rlcockpit SQLite store on a big run, and the same questions asked of MLflow's
-sqlite store and TensorBoard event files.
+"""Query speed of the rlcockpit stores (SQLite and ClickHouse in-process through chDB, side by
+side) on a big run, and the same questions asked of MLflow's sqlite store and TensorBoard event
+files.
 
 The fixture (built once, cached under ``--cache-dir`` keyed by its parameters and the store's
 source, ``--rebuild`` to force): one run of 100k steps x 60 metrics and 1M samples (10 per step,
@@ -10,6 +11,13 @@ Timed, median of ``--runs`` runs after one warm-up run (which is reported as ``f
   curve      read_series(one metric, max_points=1000)                        target <= 50 ms
   page       query_samples(category + reward range + step range, 50 + total)  target <= 100 ms
   histogram  sample_histogram(field="reward", bins=50) over all samples        target <= 200 ms
+  dashboard  the dashboard's first API calls: list_runs, summary, read_series of 8 curves
+             (max_points=1000), latest, read_findings, read_phases(limit=50)  target <= 300 ms
+
+``--backends sqlite,chdb`` (default both) builds the same run into each rlcockpit store; the
+table reports each one's build rate (steps/s and samples/s through ``write_batch`` from one
+process) beside its queries. The ClickHouse targets of issue 12 (1M steps, 10M samples, histogram
+<= 100 ms) are asked with ``--steps 1000000``; the output says at which size it was measured.
 
 Competitors, asked the natural way for each:
   MLflow (sqlite backend)  curve: MlflowClient.get_metric_history (all points, no downsampling);
@@ -54,6 +62,9 @@ from _common import (
 )
 
 CURVE_TARGET_MS = 50.0
+DASHBOARD_TARGET_MS = 300.0
+DASHBOARD_CURVES = 8
+BACKENDS = {"sqlite": "rlcockpit", "chdb": "rlcockpit-chdb"}  # --backends name -> table label
 PAGE_TARGET_MS = 100.0
 HIST_TARGET_MS = 200.0
 SLOW_QUERY_MS = 2000.0
@@ -139,14 +150,21 @@ def sample_columns(rng: np.random.Generator, steps: np.ndarray, per_step: int) -
 
 # --- rlcockpit fixture --------------------------------------------------------------------------
 
-def store_salt() -> str:
-    """Hash of the store's source: a changed schema or writer rebuilds the cached fixture."""
+def store_salt(backend: str = "sqlite") -> str:
+    """Hash of the backend's store source: a changed schema or writer rebuilds its cached
+    fixture (the ClickHouse modules do not invalidate the SQLite fixture, nor the reverse)."""
     import rlcockpit.store as store_pkg
 
     h = hashlib.sha1()
     for path in sorted(Path(store_pkg.__file__).parent.glob("*.py")):
-        h.update(path.read_bytes())
+        clickhouse = path.name.startswith("ch_") or path.name == "clickhouse.py"
+        if clickhouse == (backend == "chdb") or path.name in ("codec.py", "base.py"):
+            h.update(path.read_bytes())
     return h.hexdigest()[:10]
+
+
+def store_uri(backend: str, path: Path) -> str:
+    return f"chdb:///{path}" if backend == "chdb" else f"sqlite:///{path}"
 
 
 def rlcockpit_batches(fx: Fixture, chunk_steps: int) -> Iterator[tuple[int, Any]]:
@@ -177,11 +195,12 @@ def rlcockpit_batches(fx: Fixture, chunk_steps: int) -> Iterator[tuple[int, Any]
         yield len(steps), Batch(metrics=metrics, samples=samples)
 
 
-def build_rlcockpit(path: Path, fx: Fixture, progress: Callable[[int], None]) -> None:
+def build_rlcockpit(path: Path, fx: Fixture, progress: Callable[[int], None],
+                    backend: str = "sqlite") -> None:
     from rlcockpit.records import RunInfo
     from rlcockpit.store import open_store
 
-    store = open_store(f"sqlite:///{path}")
+    store = open_store(store_uri(backend, path))
     writer = store.writer()
     writer.create_run(RunInfo(run_id=RUN_ID, project="bench", name="store-queries",
                               started_at=1.7e9, config={"fixture": fx.__dict__}))
@@ -273,29 +292,45 @@ def timed(backend: str, query: str, how: str, fn: Callable[[], Any], runs: int,
     return res
 
 
-def rlcockpit_queries(path: Path, fx: Fixture, runs: int) -> list[QueryResult]:
+def rlcockpit_queries(path: Path, fx: Fixture, runs: int, backend: str = "sqlite"
+                      ) -> list[QueryResult]:
     from rlcockpit.store import open_store
     from rlcockpit.store.base import SampleQuery
 
-    reader = open_store(f"sqlite:///{path}").reader()
+    label = BACKENDS[backend]
+    store = open_store(store_uri(backend, path))
+    reader = store.reader()
     q = SampleQuery(limit=50, offset=0, **query_window(fx))
     out = [
-        timed("rlcockpit", "curve", "read_series(max_points=1000)",
+        timed(label, "curve", "read_series(max_points=1000)",
               lambda: reader.read_series(RUN_ID, [CURVE_METRIC], max_points=1000), runs,
               lambda r: len(r[CURVE_METRIC].steps), target_ms=CURVE_TARGET_MS),
-        timed("rlcockpit", "page", "query_samples(category, reward, steps; 50 + total)",
+        timed(label, "page", "query_samples(category, reward, steps; 50 + total)",
               lambda: reader.query_samples(RUN_ID, q), runs, lambda p: p.total,
               target_ms=PAGE_TARGET_MS),
+        timed(label, "histogram", "sample_histogram(reward, bins=50)",
+              lambda: reader.sample_histogram(RUN_ID, field="reward", bins=50), runs,
+              _hist_total, target_ms=HIST_TARGET_MS),
+        timed(label, "dashboard", f"runs+summary+{DASHBOARD_CURVES} curves+latest+findings+phases",
+              lambda: dashboard_calls(reader, fx), runs, lambda n: n,
+              target_ms=DASHBOARD_TARGET_MS),
     ]
-    if hasattr(reader, "sample_histogram"):
-        out.append(timed("rlcockpit", "histogram", "sample_histogram(reward, bins=50)",
-                         lambda: reader.sample_histogram(RUN_ID, field="reward", bins=50), runs,
-                         _hist_total, target_ms=HIST_TARGET_MS))
-    else:
-        out.append(QueryResult("rlcockpit", "histogram", "sample_histogram", target_ms=HIST_TARGET_MS,
-                               status="missing: the reader has no sample_histogram"))
     reader.close()
+    getattr(store, "close", lambda: None)()
     return out
+
+
+def dashboard_calls(reader: Any, fx: Fixture) -> int:
+    """What the dashboard asks when a run is opened (server/static/js: run, series with
+    max_points=1000, latest, findings, phases), through the reader; returns points read."""
+    names = metric_names(fx.metrics)[:DASHBOARD_CURVES]
+    reader.list_runs()
+    reader.summary(RUN_ID)
+    series = reader.read_series(RUN_ID, names, max_points=1000)
+    reader.latest(RUN_ID)
+    reader.read_findings(RUN_ID)
+    reader.read_phases(RUN_ID, limit=50)
+    return sum(len(s.steps) for s in series.values())
 
 
 def _hist_total(h: Any) -> int:
@@ -531,24 +566,32 @@ def _build_competitor(path: Path, plan_file: Path, rebuild: bool,
     return plan
 
 
-def run_rlcockpit(fx: Fixture, args: argparse.Namespace, cache: Path) -> tuple[list[QueryResult], dict[str, Any]]:
-    info: dict[str, Any] = {}
-    if not module_available("rlcockpit.store.sqlite"):
-        return [QueryResult("rlcockpit", q, "-", status="not installed: rlcockpit.store.sqlite")
-                for q in ("curve", "page", "histogram")], info
-    path = cache / f"rlcockpit_{fx.key(store_salt())}.db"
+def run_rlcockpit(fx: Fixture, args: argparse.Namespace, cache: Path, backend: str = "sqlite"
+                  ) -> tuple[list[QueryResult], dict[str, Any]]:
+    info: dict[str, Any] = {"backend": backend}
+    label = BACKENDS[backend]
+    needs = "chdb" if backend == "chdb" else "rlcockpit.store.sqlite"
+    if not module_available(needs):
+        return [QueryResult(label, q, "-", status=f"not installed: {needs}")
+                for q in ("curve", "page", "histogram", "dashboard")], info
+    suffix = "" if backend == "chdb" else ".db"
+    path = cache / f"{'rlcockpit-chdb' if backend == 'chdb' else 'rlcockpit'}_" \
+                   f"{fx.key(store_salt(backend))}{suffix}"
 
     def build(p: Path) -> None:
         info["build_s"] = with_progress(fx.steps, f"building {p.name}",
-                                        lambda advance: build_rlcockpit(p, fx, advance))
+                                        lambda advance: build_rlcockpit(p, fx, advance, backend))
         info["build_steps_per_s"] = fx.steps / info["build_s"]
+        info["build_samples_per_s"] = fx.samples / info["build_s"]
 
     path, reused = cached(path, args.rebuild, build)
-    info.update(reused_cache=reused, path=str(path), size_mb=path.stat().st_size / 2**20)
-    return rlcockpit_queries(path, fx, args.runs), info
+    size = (sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir()
+            else path.stat().st_size)
+    info.update(reused_cache=reused, path=str(path), size_mb=size / 2**20)
+    return rlcockpit_queries(path, fx, args.runs, backend), info
 
 
-def print_tables(results: list[QueryResult], fx: Fixture, info: dict[str, Any],
+def print_tables(results: list[QueryResult], fx: Fixture, infos: list[dict[str, Any]],
                  notes: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -569,17 +612,22 @@ def print_tables(results: list[QueryResult], fx: Fixture, info: dict[str, Any],
     for r in results:
         if r.note and r.status == "ok":
             console.print(f"{r.backend}/{r.query}: {r.note}")
-    if info:
-        console.print(f"rlcockpit fixture: {info.get('path')} ({fmt(info.get('size_mb'), 0)} MB, "
+    for info in infos:
+        if "path" not in info:
+            continue
+        console.print(f"{BACKENDS[info['backend']]} fixture: {info.get('path')} "
+                      f"({fmt(info.get('size_mb'), 0)} MB, "
                       + ("reused from cache" if info.get("reused_cache") else
                          f"built in {fmt(info.get('build_s'), 1)} s = "
-                         f"{fmt(info.get('build_steps_per_s'), 0)} steps/s") + ")")
+                         f"{fmt(info.get('build_steps_per_s'), 0)} steps/s = "
+                         f"{fmt(info.get('build_samples_per_s'), 0)} samples/s "
+                         f"(+ {fx.metrics} metrics a step) from one process") + ")")
     for n in notes:
         console.print(f"[bold yellow]SCALED[/] {n}" if "SCALED" in n else n)
 
 
-def headline(results: list[QueryResult], fx: Fixture, info: dict[str, Any], notes: list[str],
-             args: argparse.Namespace) -> dict[str, Any]:
+def headline(results: list[QueryResult], fx: Fixture, infos: list[dict[str, Any]],
+             notes: list[str], args: argparse.Namespace) -> dict[str, Any]:
     by = {(r.backend, r.query): r for r in results}
 
     def ms(backend: str, query: str, extrapolated: bool = False) -> float | None:
@@ -588,14 +636,26 @@ def headline(results: list[QueryResult], fx: Fixture, info: dict[str, Any], note
             return None
         return r.extrapolated_ms if extrapolated and r.extrapolated_ms else r.median_ms
 
+    def verdict(backend: str, query: str, limit_ms: float) -> str:
+        return target(ms(backend, query), "<=", limit_ms) if (backend, query) in by else "n/a"
+
     out: dict[str, Any] = {
         "curve_ms": ms("rlcockpit", "curve"),
         "page_ms": ms("rlcockpit", "page"),
         "histogram_ms": ms("rlcockpit", "histogram"),
         "targets": {
-            "curve_le_50ms": by[("rlcockpit", "curve")].result(),
-            "page_le_100ms": by[("rlcockpit", "page")].result(),
-            "histogram_le_200ms": by[("rlcockpit", "histogram")].result(),
+            "curve_le_50ms": verdict("rlcockpit", "curve", CURVE_TARGET_MS),
+            "page_le_100ms": verdict("rlcockpit", "page", PAGE_TARGET_MS),
+            "histogram_le_200ms": verdict("rlcockpit", "histogram", HIST_TARGET_MS),
+        },
+        "dashboard_ms": ms("rlcockpit", "dashboard"),
+        "chdb": {q: ms("rlcockpit-chdb", q) for q in ("curve", "page", "histogram", "dashboard")},
+        # issue 12's ClickHouse targets (histogram of the rewards <= 100 ms there)
+        "chdb_targets": {
+            "curve_le_50ms": verdict("rlcockpit-chdb", "curve", CURVE_TARGET_MS),
+            "page_le_100ms": verdict("rlcockpit-chdb", "page", PAGE_TARGET_MS),
+            "histogram_le_100ms": verdict("rlcockpit-chdb", "histogram", 100.0),
+            "dashboard_le_300ms": verdict("rlcockpit-chdb", "dashboard", DASHBOARD_TARGET_MS),
         },
         "mlflow_curve_ms": ms("mlflow", "curve"),
         "mlflow_page_ms": ms("mlflow", "page"),
@@ -610,7 +670,10 @@ def headline(results: list[QueryResult], fx: Fixture, info: dict[str, Any], note
         "fixture": {"steps": fx.steps, "metrics": fx.metrics, "samples": fx.samples,
                     "quick": args.quick, "runs": args.runs},
     }
-    out.update({f"store_{k}": v for k, v in info.items() if k in ("size_mb", "build_s", "reused_cache")})
+    for info in infos:
+        prefix = "store" if info.get("backend") == "sqlite" else f"{info.get('backend')}_store"
+        out.update({f"{prefix}_{k}": v for k, v in info.items()
+                    if k in ("size_mb", "build_s", "build_samples_per_s", "reused_cache")})
     return out
 
 
@@ -622,6 +685,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--samples-per-step", type=int, default=10, help="10 x 100k steps = 1M samples")
     p.add_argument("--runs", type=int, default=7, help="timed runs per query (median)")
     p.add_argument("--competitors", default="mlflow,tensorboard", help="comma list, or 'none'")
+    p.add_argument("--backends", default="sqlite,chdb",
+                   help="rlcockpit stores to build and query: sqlite, chdb (comma list)")
     p.add_argument("--competitor-budget-s", type=float, default=150.0,
                    help="max build time per competitor; larger builds are scaled down")
     p.add_argument("--cache-dir", default=None,
@@ -634,6 +699,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("steps", "metrics", "samples_per_step", "runs"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    bad = {b for b in args.backends.split(",") if b} - set(BACKENDS)
+    if bad or not args.backends.split(",")[0]:
+        p.error(f"unknown backend(s) {sorted(bad)}; choose from {', '.join(BACKENDS)}")
     unknown = {c for c in args.competitors.split(",") if c and c != "none"} - set(COMPETITORS)
     if unknown:
         p.error(f"unknown competitor(s) {sorted(unknown)}; choose from {', '.join(COMPETITORS)}")
@@ -648,15 +716,20 @@ def main(argv: list[str] | None = None) -> int:
     cache = tmp or Path(args.cache_dir or Path(tempfile.gettempdir()) / "rlcockpit-bench")
     cache.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
+    results: list[QueryResult] = []
+    infos: list[dict[str, Any]] = []
     try:
-        results, info = run_rlcockpit(fx, args, cache)
+        for backend in [b for b in args.backends.split(",") if b]:
+            found, info = run_rlcockpit(fx, args, cache, backend)
+            results += found
+            infos.append(info)
         for name in [c for c in args.competitors.split(",") if c and c != "none"]:
             results += run_competitor(name, fx, args, cache, notes)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    print_tables(results, fx, info, notes)
-    print_json_last_line(headline(results, fx, info, notes, args))
+    print_tables(results, fx, infos, notes)
+    print_json_last_line(headline(results, fx, infos, notes, args))
     return 0
 
 

@@ -150,6 +150,22 @@ class RlcockpitVariant(Variant):
         return int(self.run.dropped_total)
 
 
+class RlcockpitChdbVariant(RlcockpitVariant):
+    """The same SDK into the ClickHouse store, in-process (chdb://): the foreground cost is the
+    SDK's (the writer thread does the I/O), the throughput is ClickHouse's."""
+
+    name = "rlcockpit_chdb"
+    requires = ("chdb",)
+
+    def open(self, workdir: Path, expected_steps: int) -> None:
+        import rlcockpit
+
+        self.run = rlcockpit.init(project="bench", name="telemetry-bench",
+                                  store=f"chdb:///{workdir / 'rlcockpit-ch'}",
+                                  queue_size=max(10_000, 8 * expected_steps),
+                                  close_timeout_s=600.0)
+
+
 class TensorBoardVariant(Variant):
     name = "tensorboard"
     requires = ("tensorboard",)
@@ -286,9 +302,13 @@ class RawSqliteVariant(Variant):
 
 
 VARIANTS: dict[str, type[Variant]] = {
-    v.name: v for v in (RlcockpitVariant, TensorBoardVariant, MlflowVariant, WandbVariant,
-                        RawSqliteVariant)
+    v.name: v for v in (RlcockpitVariant, RlcockpitChdbVariant, TensorBoardVariant, MlflowVariant,
+                        WandbVariant, RawSqliteVariant)
 }
+
+
+# rlcockpit_chdb on request (--variants ...,rlcockpit_chdb): the ClickHouse store's foreground cost
+DEFAULT_VARIANTS = [v for v in VARIANTS if v != "rlcockpit_chdb"]
 
 
 def availability(name: str) -> str | None:
@@ -465,6 +485,16 @@ def _ppo_model(tmp: Path) -> tuple[str | None, str]:
 
 # --- report -------------------------------------------------------------------------------------
 
+def _fg_of(results: dict[str, VariantResult], name: str) -> float | None:
+    r = results.get(name)
+    return r.fg()["median_ms"] if r is not None and r.status == "ok" and r.rounds else None
+
+
+def _sps_of(results: dict[str, VariantResult], name: str) -> float | None:
+    r = results.get(name)
+    return r.median_of("steps_per_s") if r is not None and r.status == "ok" and r.rounds else None
+
+
 def headline(results: dict[str, VariantResult], ppo_s: float | None, ppo_src: str,
              args: argparse.Namespace) -> dict[str, Any]:
     rlc, raw = results.get("rlcockpit"), results.get("raw_sqlite")
@@ -482,6 +512,8 @@ def headline(results: dict[str, VariantResult], ppo_s: float | None, ppo_src: st
     cpu_ms = rlc.median_of("cpu_ms_per_step") if rlc_ok else None
     return {
         "rlcockpit_fg_ms": rlc_fg,
+        "rlcockpit_chdb_fg_ms": _fg_of(results, "rlcockpit_chdb"),
+        "rlcockpit_chdb_steps_per_s": _sps_of(results, "rlcockpit_chdb"),
         "rlcockpit_fg_p95_ms": rlc.fg()["p95_ms"] if rlc_ok else None,
         "best_tracker": best,
         "best_tracker_fg_ms": best_fg,
@@ -551,7 +583,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny run for the smoke test (seconds)")
     p.add_argument("--token-arrays", action="store_true",
                    help="add 128-float logprob and KL arrays to every sample")
-    p.add_argument("--variants", default=",".join(VARIANTS),
+    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                    help=f"comma list out of {', '.join(VARIANTS)}")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup-steps", type=int, default=10)

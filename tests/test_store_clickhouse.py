@@ -345,14 +345,67 @@ def test_a_sigkilled_writer_loses_at_most_its_unflushed_buffer(tmp_path):
         summary = reader.summary("victim")
         steps = tuple(range(summary.steps))
         assert summary.steps >= 10
+        # every step listed in `steps` is whole; the batch the kill cut may have left the tables
+        # that landed before its `steps` rows (no cross-table transaction): only steps after
+        # the last whole one, and never a duplicate
         names = [f"m/{k}" for k in range(20)]
         series = reader.read_series("victim", names)
-        assert all(series[n].steps == steps for n in names)
-        page = reader.query_samples("victim", SampleQuery(limit=10_000))
-        assert page.total == 8 * len(steps)
-        assert sorted({(s.step, s.sample_id) for s in page.items}) == \
-            [(st, i) for st in steps for i in range(8)]
+        for n in names:
+            assert series[n].steps[:len(steps)] == steps
+            assert series[n].steps == tuple(range(len(series[n].steps)))
+        page = reader.query_samples("victim", SampleQuery(limit=10_000, step_max=steps[-1]))
+        keys = [(s.step, s.sample_id) for s in page.items]
+        assert page.total == len(keys) == len(set(keys)) == 8 * len(steps)
+        assert sorted(keys) == [(st, i) for st in steps for i in range(8)]
         old_enough = [s for s, when in logged if when <= t_kill - flush_s - slack_s]
         assert old_enough and max(old_enough) < summary.steps
+    finally:
+        store.close()
+
+
+def test_a_telemetry_run_into_chdb_frees_the_directory_when_it_closes(tmp_path):
+    """rlcockpit.init keeps only the writer: closing the run releases chDB's directory, so the
+    same process can open another chDB store afterwards."""
+    import rlcockpit
+
+    with rlcockpit.init(store=f"chdb:///{tmp_path / 'one'}", run_id="r", project="p") as run:
+        run.log(0, {"loss": 1.0})
+    other = open_store(f"chdb:///{tmp_path / 'two'}")
+    other.close()
+    back = open_store(f"chdb:///{tmp_path / 'one'}", create=False)
+    try:
+        assert back.reader().read_series("r", ["loss"])["loss"].values == (1.0,)
+        assert back.reader().get_run("r").status == "finished"
+    finally:
+        back.close()
+
+
+def test_a_batch_retried_after_a_partial_write_lands_exactly_once(tmp_path):
+    """The telemetry retries a failed write_batch with the same Batch: tables that landed the
+    first time are not written twice, the rest is written, nothing is lost."""
+    store = open_store(f"chdb:///{tmp_path / 'ch'}")
+    try:
+        writer = store.writer()
+        writer.create_run(RunInfo(run_id="r", project="p", name="n"))
+        writer.write_batch("r", Batch(metrics=[MetricPoint(0, "m", 0.0)]))
+        batch = Batch(metrics=[MetricPoint(s, "m", float(s)) for s in range(1, 4)],
+                      samples=[SampleRecord(step=s, sample_id=0, prompt="p", response="r",
+                                            reward=0.5) for s in range(1, 4)])
+        real, calls = writer._t.insert, []
+
+        def flaky(table, *args, **kwargs):
+            calls.append(table)
+            if table == "samples" and calls.count("samples") == 1:
+                raise StoreError("timed out (the insert may or may not have landed)")
+            return real(table, *args, **kwargs)
+
+        writer._t.insert = flaky
+        with pytest.raises(StoreError):
+            writer.write_batch("r", batch)
+        writer.write_batch("r", batch)  # the retry
+        reader = store.reader()
+        assert reader.read_series("r", ["m"])["m"].values == (0.0, 1.0, 2.0, 3.0)
+        assert reader.query_samples("r", SampleQuery()).total == 3
+        assert reader.summary("r").steps == 4
     finally:
         store.close()

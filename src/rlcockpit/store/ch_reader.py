@@ -126,10 +126,10 @@ class ClickHouseReader:
                              "for every point)", details={"max_points": max_points})
         self._check_run(run_id)
         lo, hi = _bounds(step_min, step_max)
+        found = ch_samples.series_points(self._q, self._db, run_id, names, lo, hi, max_points)
         out: dict[str, Series] = {}
         for name in names:
-            points, down = ch_samples.series_points(self._q, self._db, run_id, name, lo, hi,
-                                                    max_points)
+            points, down = found[name]
             out[name] = Series(name=name, steps=tuple(p[0] for p in points),
                                values=tuple(p[1] for p in points),
                                wall_times=tuple(p[2] for p in points), downsampled=down)

@@ -41,43 +41,61 @@ _ARRAYS = "hex(tokens), hex(logprobs), hex(ref_logprobs), hex(token_kl)"
 # --------------------------------------------------------------------------- curves
 
 
-def series_points(q: Query, db: str, run_id: str, name: str, lo: int, hi: int,
-                  max_points: int | None) -> tuple[list[Point], bool]:
-    """((step, value, wall_time) ascending, downsampled?) of one metric in [lo, hi]. Downsampled:
-    per bucket the row with the smallest value, the row with the largest and the first NaN row —
-    every returned point is a stored row, and a one-step spike always survives."""
-    where = (f"run_id = {lit(run_id)} AND name = {lit(name)} AND step BETWEEN {lo} AND {hi}")
-    n, first, last = q(f"SELECT count(), min(step), max(step) FROM {db}.metrics WHERE {where}")[0]
-    if not n:
-        return [], False
-    if max_points is None or n <= max_points:
-        found = q(f"SELECT step, value, wall_time FROM {db}.metrics WHERE {where} ORDER BY step")
-        return [(int(s), float(v), float(w)) for s, v, w in found], False
-    for buckets in (max_points // 2, max_points // 3):
-        points = _bucket_extremes(q, db, where, int(first), int(last), buckets)
-        if len(points) <= max_points:
+def series_points(q: Query, db: str, run_id: str, names: Sequence[str], lo: int, hi: int,
+                  max_points: int | None) -> dict[str, tuple[list[Point], bool]]:
+    """name -> ((step, value, wall_time) ascending, downsampled?) for each metric in [lo, hi],
+    in three queries whatever the number of names. Downsampled: per bucket the row with the
+    smallest value, the row with the largest and the first NaN row — every returned point is a
+    stored row, and a one-step spike always survives."""
+    names = list(dict.fromkeys(names))
+    out: dict[str, tuple[list[Point], bool]] = {n: ([], False) for n in names}
+    if not names:
+        return out
+    where = f"run_id = {lit(run_id)} AND step BETWEEN {lo} AND {hi}"
+    stats = {r[0]: r[1:] for r in q(
+        f"SELECT toString(name), count(), min(step), max(step) FROM {db}.metrics "
+        f"WHERE {where} AND name IN ({lit(names)}) GROUP BY name")}
+    raw = [n for n in names if n in stats and (max_points is None or stats[n][0] <= max_points)]
+    if raw:
+        for name, step, value, wall in q(
+                f"SELECT toString(name), step, value, wall_time FROM {db}.metrics "
+                f"WHERE {where} AND name IN ({lit(raw)}) ORDER BY name, step"):
+            out[name][0].append((int(step), float(value), float(wall)))
+    big = [n for n in names if n in stats and n not in raw]
+    for divisor in (2, 3):  # at most 3 points a bucket: fewer buckets if NaNs overflow
+        if not big:
             break
-    return points, True
+        found = _bucket_extremes(q, db, where, {n: stats[n] for n in big}, max_points // divisor)
+        for name in list(big):
+            if len(found[name]) <= max_points or divisor == 3:
+                out[name] = (found[name], True)
+                big.remove(name)
+    return out
 
 
-def _bucket_extremes(q: Query, db: str, where: str, first: int, last: int, buckets: int
-                     ) -> list[Point]:
-    width = max(1, math.ceil((last - first + 1) / buckets))
+def _bucket_extremes(q: Query, db: str, where: str, stats: dict[str, tuple], buckets: int
+                     ) -> dict[str, list[Point]]:
+    widths = {n: max(1, math.ceil((int(last) - int(first) + 1) / buckets))
+              for n, (_count, first, last) in stats.items()}
+    bucket = "multiIf(" + ", ".join(
+        f"name = {lit(n)}, intDiv(step - {int(stats[n][1])}, {widths[n]})" for n in stats) + ", 0)"
     ok = "NOT isNaN(value)"
     found = q(
-        f"SELECT countIf({ok}), argMinIf(tuple(step, value, wall_time), value, {ok}), "
+        f"SELECT toString(name), countIf({ok}), "
+        f"argMinIf(tuple(step, value, wall_time), value, {ok}), "
         f"argMaxIf(tuple(step, value, wall_time), value, {ok}), countIf(isNaN(value)), "
-        f"minIf(tuple(step, wall_time), isNaN(value)) FROM {db}.metrics WHERE {where} "
-        f"GROUP BY intDiv(step - {first}, {width})")
-    points: dict[int, Point] = {}
-    for finite, low, high, nans, nan_row in found:
+        f"minIf(tuple(step, wall_time), isNaN(value)) FROM {db}.metrics "
+        f"WHERE {where} AND name IN ({lit(list(stats))}) GROUP BY name, {bucket}")
+    points: dict[str, dict[int, Point]] = {n: {} for n in stats}
+    for name, finite, low, high, nans, nan_row in found:
         low, high, nan_row = _tuple(low), _tuple(high), _tuple(nan_row)
+        mine = points[name]
         if finite:
-            points[int(low[0])] = (int(low[0]), float(low[1]), float(low[2]))
-            points[int(high[0])] = (int(high[0]), float(high[1]), float(high[2]))
+            mine[int(low[0])] = (int(low[0]), float(low[1]), float(low[2]))
+            mine[int(high[0])] = (int(high[0]), float(high[1]), float(high[2]))
         if nans:
-            points[int(nan_row[0])] = (int(nan_row[0]), math.nan, float(nan_row[1]))
-    return [points[s] for s in sorted(points)]
+            mine[int(nan_row[0])] = (int(nan_row[0]), math.nan, float(nan_row[1]))
+    return {n: [p[s] for s in sorted(p)] for n, p in points.items()}
 
 
 def _tuple(value) -> tuple:

@@ -55,7 +55,7 @@ V1_CORE = (
     "has_token_arrays UInt8, flags Array(LowCardinality(String)), length Int64, truncated UInt8, "
     "uncertainty Nullable(Float64), advantage Nullable(Float64), value Nullable(Float64), "
     f"kl_sum Nullable(Float64), kl_max Nullable(Float64), {_WALL}, "
-    "prompt String CODEC(ZSTD(3)), response String CODEC(ZSTD(3)), "
+    "prompt String CODEC(ZSTD(1)), response String CODEC(ZSTD(1)), "
     "components String CODEC(ZSTD(3)), tokens Nullable(String) CODEC(ZSTD(3)), "
     "logprobs Nullable(String) CODEC(ZSTD(3)), ref_logprobs Nullable(String) CODEC(ZSTD(3)), "
     "token_kl Nullable(String) CODEC(ZSTD(3))) "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,13 @@ class Transport:
                types: Mapping[str, str], settings: Mapping[str, Any] | None = None) -> None:
         """Insert column-oriented ``data`` (one sequence per column) into ``table``."""
 
+    def share(self) -> Transport:
+        """Another handle on the same connection, released by its own ``close()``."""
+
     def close(self) -> None: ...
+
+    def close_engine(self) -> None:
+        """Close the connection whatever other handles hold it."""
 
 
 def _settings_clause(settings: Mapping[str, Any] | None) -> str:
@@ -95,12 +102,14 @@ def _error(action: str, exc: Exception, where: str) -> StoreError:
 
 
 class _ChdbEngine:
-    """This process's one chDB connection: its directory and how many stores hold it."""
+    """This process's one chDB connection: its directory, how many handles hold it, and a
+    generation number (a handle of an engine closed since cannot touch a newer one)."""
 
     lock = threading.Lock()
     path: Path | None = None
     conn: Any = None
     holders = 0
+    generation = 0
 
 
 SMALL_INSERT = 400  # cells; below this chDB inserts from SQL text instead of Arrow
@@ -126,7 +135,15 @@ class ChdbTransport(Transport):
             if _ChdbEngine.conn is None:
                 _ChdbEngine.conn = _chdb_connect(self.path)
                 _ChdbEngine.path = self.path
+                _ChdbEngine.generation += 1
             _ChdbEngine.holders += 1
+            self._generation = _ChdbEngine.generation
+        # a handle dropped without close() (a reader nobody closed) still releases the engine
+        self._release = weakref.finalize(self, _drop_handle, self._generation)
+
+    def share(self) -> ChdbTransport:
+        """Another handle on the same engine (a writer or reader of the same store)."""
+        return ChdbTransport(self.path, self.database)
 
     def query(self, sql: str, settings: Mapping[str, Any] | None = None) -> list[tuple]:
         table = self._arrow(sql + _settings_clause(settings))
@@ -166,9 +183,10 @@ class ChdbTransport(Transport):
         self._run(sql, "CSV", arrow=arrow)
 
     def _run(self, sql: str, fmt: str, arrow: Any = None):
-        if self._closed:
-            raise StoreError(f"the chDB store {self.path} was closed", details={"path": str(self.path)})
         with _ChdbEngine.lock:
+            if self._closed or self._generation != _ChdbEngine.generation:
+                raise StoreError(f"the chDB store {self.path} was closed; open it again",
+                                 details={"path": str(self.path)})
             try:
                 if arrow is not None:
                     # chDB's Python() table function finds the table by its name in the caller's
@@ -179,14 +197,32 @@ class ChdbTransport(Transport):
                 raise _error(sql.split(" ", 2)[0].lower(), exc, f"chdb://{self.path}") from exc
 
     def close(self) -> None:
-        if self._closed:
-            return
+        """Release this handle; the engine (and the directory lock) goes with the last one."""
         self._closed = True
+        self._release()
+
+    def close_engine(self) -> None:
+        """Close the engine now, whatever other handles hold it (``ClickHouseStore.close``):
+        the directory is free for another process or another store at once."""
+        self._closed = True
+        self._release.detach()
         with _ChdbEngine.lock:
-            _ChdbEngine.holders -= 1
-            if _ChdbEngine.holders <= 0 and _ChdbEngine.conn is not None:
-                _ChdbEngine.conn.close()
-                _ChdbEngine.conn, _ChdbEngine.path, _ChdbEngine.holders = None, None, 0
+            if self._generation == _ChdbEngine.generation and _ChdbEngine.conn is not None:
+                _release_engine()
+
+
+def _drop_handle(generation: int) -> None:
+    with _ChdbEngine.lock:
+        if generation != _ChdbEngine.generation or _ChdbEngine.conn is None:
+            return
+        _ChdbEngine.holders -= 1
+        if _ChdbEngine.holders <= 0:
+            _release_engine()
+
+
+def _release_engine() -> None:
+    _ChdbEngine.conn.close()
+    _ChdbEngine.conn, _ChdbEngine.path, _ChdbEngine.holders = None, None, 0
 
 
 def _query_with_arrow(conn: Any, sql: str, fmt: str, arrow: Any):
@@ -253,6 +289,8 @@ class HttpTransport(Transport):
                              ) from None
         self.database = database
         self.shown = shown
+        self._refs = 1
+        self._lock = threading.Lock()
         try:
             self._client = clickhouse_connect.get_client(
                 host=host, port=port or (8443 if secure else 8123), username=user,
@@ -286,5 +324,18 @@ class HttpTransport(Transport):
         except Exception as exc:
             raise _error("insert", exc, self.shown) from exc
 
+    def share(self) -> HttpTransport:
+        """The same client for another writer or reader (it is closed with the last one)."""
+        with self._lock:
+            self._refs += 1
+        return self
+
     def close(self) -> None:
+        with self._lock:
+            self._refs -= 1
+            last = self._refs == 0
+        if last:
+            self._client.close()
+
+    def close_engine(self) -> None:
         self._client.close()

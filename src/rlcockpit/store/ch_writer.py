@@ -82,6 +82,7 @@ class ClickHouseWriter:
         self._last_step: dict[str, int | None] = {}  # this writer's max step per run
         self._touched_below: dict[str, int] = {}  # steps <= this may already hold rows
         self._last_id = 0
+        self._pending: tuple[Batch | None, str] = (None, "")  # a batch whose write failed
 
     # ------------------------------------------------------------------ runs
 
@@ -139,16 +140,24 @@ class ClickHouseWriter:
             tables[table] = [(r[0], i, *r[1:]) for i, r in zip(
                 ids, (to_row(run_id, rec, now) for rec in records), strict=True)]
         names = self._new_run_names(run_id, batch)
-        self._replace_rewritten(run_id, tables)
-        token = uuid.uuid4().hex  # one per batch: a retried insert of a table is dropped
+        # The telemetry retries a failed write with the same Batch object: the retry reuses the
+        # batch's deduplication tokens, so the tables that did land the first time are not
+        # written twice, and skips the rewrite check (the first attempt did it; rows it finds
+        # now would be this batch's own).
+        retry = batch is self._pending[0]
+        token = self._pending[1] if retry else uuid.uuid4().hex
+        self._pending = (batch, token)
+        if not retry:
+            self._replace_rewritten(run_id, tables)
         for table, found in tables.items():
             self._insert(table, found, token=f"{token}:{table}")
         self._insert("run_names", sorted(names), token=f"{token}:run_names")
         self._insert("steps", [(run_id, s, w) for s, w in sorted(steps.items())],
                      token=f"{token}:steps")
+        self._pending = (None, "")
         self._run_names |= names
-        top = _max_step(batch)
-        self._heartbeat(run_id, now, top)
+        self._note_written(run_id, tables)
+        self._heartbeat(run_id, now, _max_step(batch))
 
     def strip_token_arrays(self, run_id: str, keep: Mapping[int, Collection[int]]) -> None:
         """Rewrite the stripped samples without their arrays (delete + insert of those rows)."""
@@ -220,11 +229,14 @@ class ClickHouseWriter:
             where = f"run_id = {lit(run_id)} AND {key_sql} IN ({', '.join(lit(k) for k in keys)})"
             if self._t.query(f"SELECT count() FROM {self._db}.{table} WHERE {where}")[0][0]:
                 self._t.command(f"DELETE FROM {self._db}.{table} WHERE {where}")
+
+    def _note_written(self, run_id: str, tables: dict[str, list[tuple]]) -> None:
+        """After a successful batch: steps up to its highest now hold rows of this run."""
         top = max((r[2] for r in tables["metrics"] + tables["histograms"]), default=None)
         top_s = max((r[1] for r in tables["samples"]), default=None)
         highest = max((t for t in (top, top_s) if t is not None), default=None)
         if highest is not None:
-            self._touched_below[run_id] = max(floor, highest)
+            self._touched_below[run_id] = max(self._touched_below[run_id], highest)
 
     def _insert(self, table: str, found: Sequence[tuple], *, token: str | None = None) -> None:
         if not found:

@@ -10,6 +10,7 @@ inside the same write lock as the state change, which ClickHouse does not offer.
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 from rlcockpit.errors import NotFoundError, StoreError
@@ -34,6 +35,9 @@ class ClickHouseStore:
         self._control_path = self._control_location(uri)
         self._control_store = None
         self._transport = self._connect(uri, create=create and not read_only)
+        # the store's own handle goes when the store object does (e.g. rlcockpit.init keeps only
+        # the writer): chDB then frees the directory when the writer closes
+        self._finalizer = weakref.finalize(self, self._transport.close)
         self.multi_process = self._transport.multi_process
         self.database = self._transport.database
         try:
@@ -43,7 +47,7 @@ class ClickHouseStore:
             if ttl is not None and not read_only:
                 ch_schema.set_token_array_ttl(self._transport, float(ttl))
         except BaseException:
-            self._transport.close()
+            self._transport.close_engine()
             raise
 
     # ------------------------------------------------------------------ sides
@@ -54,12 +58,13 @@ class ClickHouseStore:
         if self.read_only:
             raise StoreError(f"{self._shown} was opened read-only; cannot write runs",
                              details={"uri": self._shown})
-        return ClickHouseWriter(self._transport)
+        return ClickHouseWriter(self._transport.share(), close_transport=True)
 
     def reader(self):
         from rlcockpit.store.ch_reader import ClickHouseReader
 
-        return ClickHouseReader(self._transport, stale_after_s=self.stale_after_s)
+        return ClickHouseReader(self._transport.share(), stale_after_s=self.stale_after_s,
+                                close_transport=True)
 
     def control(self):
         """The control plane: a SQLite control store beside the ClickHouse data
@@ -78,8 +83,11 @@ class ClickHouseStore:
         return BesideControlStore(self._control_store, self.reader())
 
     def close(self) -> None:
-        """Release the connection (chDB: the directory lock, once no other store holds it)."""
-        self._transport.close()
+        """Close the connection now, with every writer and reader of this store (chDB: frees the
+        directory for another process or store). Without it, the connection closes when the
+        store object and all its writers and readers are closed or gone."""
+        self._finalizer.detach()
+        self._transport.close_engine()
 
     def __repr__(self) -> str:
         return f"ClickHouseStore({self._shown!r})"
