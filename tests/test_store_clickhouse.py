@@ -409,3 +409,66 @@ def test_a_batch_retried_after_a_partial_write_lands_exactly_once(tmp_path):
         assert reader.summary("r").steps == 4
     finally:
         store.close()
+
+
+def test_an_unreachable_server_fails_fast_naming_the_ports():
+    pytest.importorskip("clickhouse_connect")
+    with pytest.raises(StoreError, match=r"cannot reach the ClickHouse server .*\(8123 HTTP") as err:
+        open_store("clickhouse://rl:pw@127.0.0.1:1/db?connect_timeout_s=2")
+    assert "rl:***@" in err.value.message and "pw@" not in err.value.message
+
+
+WRITER_CHILD = """
+import sys
+from rlcockpit.records import Batch, MetricPoint, SampleRecord
+from rlcockpit.store import open_store
+uri, rank = sys.argv[1], int(sys.argv[2])
+writer = open_store(uri).writer()
+for step in range(40):
+    writer.write_batch("r", Batch(
+        metrics=[MetricPoint(step, f"rank{rank}/loss", float(step))],
+        samples=[SampleRecord(step=step, sample_id=rank * 1000 + i, prompt="p", response="r",
+                              reward=0.0) for i in range(25)]))
+"""
+
+
+@pytest.mark.skipif(not os.environ.get("RLCOCKPIT_TEST_CLICKHOUSE_URI"),
+                    reason="several writer processes need a ClickHouse server "
+                           "(RLCOCKPIT_TEST_CLICKHOUSE_URI, docs/store.md)")
+def test_writer_processes_on_one_run_of_a_server(tmp_path):
+    from test_store_contract import _clickhouse_store
+
+    store = _clickhouse_store(tmp_path)
+    store.writer().create_run(RunInfo(run_id="r", project="p", name="n"))
+    children = [subprocess.Popen([sys.executable, "-c", WRITER_CHILD, store.uri, str(k)], env=ENV)
+                for k in range(4)]
+    assert [c.wait(timeout=300) for c in children] == [0, 0, 0, 0]
+    reader = store.reader()
+    page = reader.query_samples("r", SampleQuery(limit=10_000))
+    keys = {(s.step, s.sample_id) for s in page.items}
+    assert page.total == len(keys) == 4 * 40 * 25
+    assert reader.summary("r").steps == 40
+    assert len(reader.metric_names("r")) == 4
+
+
+def test_token_arrays_ttl_is_a_column_ttl_and_a_dropped_array_reads_as_absent(tmp_path):
+    store = open_store(f"chdb:///{tmp_path / 'ch'}?token_arrays_ttl_days=7")
+    try:
+        t = store._transport
+        ddl = t.query("SELECT create_table_query FROM system.tables WHERE database = 'rlcockpit' "
+                      "AND name = 'samples'")[0][0]
+        assert ddl.count("TTL toDateTime(wall_time) + toIntervalSecond(604800)") == 4
+        writer = store.writer()
+        writer.create_run(RunInfo(run_id="r", project="p", name="n"))
+        writer.write_batch("r", Batch(samples=[SampleRecord(
+            step=0, sample_id=0, prompt="p", response="r", reward=0.0, tokens=("a",),
+            logprobs=(-1.0,), ref_logprobs=(-1.0,), token_kl=(0.0,))]))
+        # what the TTL does when it expires: the arrays become NULL, the flag stays
+        t.command("ALTER TABLE rlcockpit.samples UPDATE tokens = NULL, logprobs = NULL, "
+                  "ref_logprobs = NULL, token_kl = NULL WHERE 1 SETTINGS mutations_sync = 1")
+        reader = store.reader()
+        assert reader.query_samples("r", SampleQuery(has_token_arrays=True)).total == 0
+        page = reader.query_samples("r", SampleQuery())
+        assert page.has_token_arrays == (False,) and page.items[0].logprobs is None
+    finally:
+        store.close()
