@@ -138,6 +138,12 @@ bench-ui: $(STAMP) $(BROWSER)
 bench-control: $(STAMP)
 	$(PY) benchmarks/control_effect.py $(BENCH_ARGS)
 
+# What the ops stack (Prometheus /metrics, JSON logs, traces) costs a training step, side by side
+# (benchmarks/ops_export.py; BENCH_ARGS="--stack prometheus" for /metrics alone).
+.PHONY: bench-ops
+bench-ops: $(STAMP)
+	$(PY) benchmarks/ops_export.py $(BENCH_ARGS)
+
 # What 50 dashboard clients cost a training run on the same machine (benchmarks/server_load.py):
 # the trainer's s/step with and without `rlcockpit serve` + clients, as a ratio within one run.
 # ~2.5 min; BENCH_ARGS="--clients 30 --window-s 60" changes the load and the windows.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
 import queue
 import threading
 import time
@@ -128,19 +129,43 @@ def configure(log_format: str = "console", *, loki_url: str = "", level: int = l
     """Install the JSON formatter (``log_format="json"``) and the Loki push on the ``rlcockpit``
     logger; returns the handlers (close them at the end). ``console`` with no Loki: no change."""
     logger = logging.getLogger("rlcockpit")
-    handlers: list[logging.Handler] = []
+    sinks: list[logging.Handler] = []
     if log_format == "json":
         console = logging.StreamHandler(stream)
         console.setFormatter(JsonFormatter())
-        handlers.append(console)
+        sinks.append(console)
     if loki_url:
-        handlers.append(LokiHandler(loki_url))
-    if handlers:
-        logger.setLevel(level)
-        logger.propagate = False  # one line per record, not one per handler up the tree
-        for h in handlers:
-            logger.addHandler(h)
-    return handlers
+        sinks.append(LokiHandler(loki_url))
+    if not sinks:
+        return []
+    # the caller's thread only enqueues the record; formatting and writing happen on a listener
+    # thread (a trainer logs a line per phase)
+    handler = QueuedHandlers(sinks)
+    logger.setLevel(level)
+    logger.propagate = False  # one line per record, not one per handler up the tree
+    logger.addHandler(handler)
+    return [handler]
+
+
+class QueuedHandlers(logging.handlers.QueueHandler):
+    """A QueueHandler whose listener thread feeds ``sinks``; ``close()`` drains and closes them."""
+
+    def __init__(self, sinks: list[logging.Handler]) -> None:
+        super().__init__(queue.SimpleQueue())
+        self.sinks = sinks
+        self.listener = logging.handlers.QueueListener(self.queue, *sinks, respect_handler_level=True)
+        self.listener.start()
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record  # keep the record's extra fields: the sinks format it themselves
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()  # drains the queue
+            self.listener = None
+            for sink in self.sinks:
+                sink.close()
+        super().close()
 
 
 def unconfigure(handlers: list[logging.Handler]) -> None:
@@ -149,7 +174,7 @@ def unconfigure(handlers: list[logging.Handler]) -> None:
     for h in handlers:
         logger.removeHandler(h)
         h.close()
-    if not any(isinstance(h, (LokiHandler, logging.StreamHandler)) for h in logger.handlers):
+    if not any(isinstance(h, QueuedHandlers) for h in logger.handlers):
         logger.propagate = True
 
 

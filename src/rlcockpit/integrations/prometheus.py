@@ -39,6 +39,11 @@ PREFIX = "rlcockpit"
 PHASE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                  120.0, 300.0, 600.0, 1800.0, math.inf)
 SEVERITIES = ("info", "yellow", "orange", "red", "black")
+# the advantage distribution of the latest step on fixed edges (whitened advantages: std units),
+# for Grafana's heatmap (seed 000 §6 "advantage distribution heatmap"); from the stored
+# advantage/hist, so only the server exports it
+DISTRIBUTION_EDGES = (-3.0, -2.0, -1.5, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, math.inf)
+DISTRIBUTIONS = {"advantage/hist": "advantage_distribution"}
 # catalog names not exported: per-step histograms are histogram records, not scalars
 _SKIP_GROUPS = ("histograms",)
 _TEMPLATE_LABEL = {"r": "rank", "name": "layer", "phase": "rl_phase"}
@@ -160,6 +165,7 @@ class RLMetricsState:
         # per run and tier, every tier present from 0: increase() sees the first finding
         self._tiers: dict[str, dict[str, int]] = {}
         self._prefix: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+        self._dists: dict[tuple[str, str], list[float]] = {}  # (run, family) -> cumulative counts
         self._version = 0  # bumped by every change; exposition() re-renders only after one
         self._cache: tuple[int, bytes] | None = None
 
@@ -217,6 +223,22 @@ class RLMetricsState:
                 hist = self._phases[key] = _PhaseHistogram()
             hist.observe(seconds)
 
+    def observe_distribution(self, run: str, name: str, edges: Sequence[float],
+                             counts: Sequence[float]) -> None:
+        """The latest histogram of ``name`` re-binned onto :data:`DISTRIBUTION_EDGES` (each stored
+        bin counted in the bucket that holds its centre), cumulative like Prometheus buckets."""
+        family = DISTRIBUTIONS.get(name)
+        if family is None or len(edges) != len(counts) + 1:
+            return
+        per = [0.0] * len(DISTRIBUTION_EDGES)
+        for lo, hi, c in zip(edges[:-1], edges[1:], counts, strict=True):
+            centre = (lo + hi) / 2
+            per[next(i for i, e in enumerate(DISTRIBUTION_EDGES) if centre <= e)] += c
+        cumulative = [sum(per[: i + 1]) for i in range(len(per))]
+        with self._lock:
+            self._version += 1
+            self._dists[(run, family)] = cumulative
+
     def forget_runs(self, keep: Sequence[str]) -> None:
         """Drop the series of runs no longer exported (bounded over the server's lifetime)."""
         kept = set(keep)
@@ -227,6 +249,7 @@ class RLMetricsState:
             self._phases = {k: v for k, v in self._phases.items() if k[0] in kept}
             self._runs = {k: v for k, v in self._runs.items() if k in kept}
             self._tiers = {k: v for k, v in self._tiers.items() if k in kept}
+            self._dists = {k: v for k, v in self._dists.items() if k[0] in kept}
             self._prefix = {k: v for k, v in self._prefix.items() if k in self._gauges}
 
     def families(self) -> list[Any]:
@@ -243,6 +266,7 @@ class RLMetricsState:
             phases = [(k, list(h.buckets), h.total) for k, h in self._phases.items()]
             runs = list(self._runs.items())
             tiers = [(run, dict(t)) for run, t in self._tiers.items()]
+            dists = list(self._dists.items())
             dropped = self.dropped_series
         out: dict[str, Any] = {}
         for (family, labels), (export, value) in gauges:
@@ -272,6 +296,12 @@ class RLMetricsState:
             le = [("+Inf" if math.isinf(e) else repr(e), c) for e, c in zip(PHASE_BUCKETS, buckets, strict=True)]
             fam.add_metric([run, phase, *(v for _, v in rank)], le, total)
         out[fam.name] = fam
+        for (run, family), cumulative in dists:
+            name = f"{PREFIX}_{family}_bucket"
+            fam = out.get(name) or GaugeMetricFamily(name, _DIST_HELP, labels=["run", "le"])
+            out[name] = fam
+            for edge, c in zip(DISTRIBUTION_EDGES, cumulative, strict=True):
+                fam.add_metric([run, _le(edge)], c)
         out.update(_run_families(runs, GaugeMetricFamily))
         out["dropped"] = GaugeMetricFamily(f"{PREFIX}_exporter_dropped_series", "Series not "
                                            "exported because max_series was reached.", value=dropped)
@@ -320,11 +350,22 @@ class RLMetricsState:
                     for e, c in zip(PHASE_BUCKETS, h.buckets, strict=True)]
             out += [f"{name}_count{_label_text(labels)} {fmt(h.count)}",
                     f"{name}_sum{_label_text(labels)} {fmt(h.total)}"]
+        families = sorted({f for _, f in self._dists})
+        for family in families:
+            name = f"{PREFIX}_{family}_bucket"
+            out += [f"# HELP {name} {_DIST_HELP}", f"# TYPE {name} gauge"]
+            out += [f"{name}{_label_text([('run', r), ('le', _le(e))])} {fmt(c)}"
+                    for (r, f), cum in self._dists.items() if f == family
+                    for e, c in zip(DISTRIBUTION_EDGES, cum, strict=True)]
         out += _run_lines(list(self._runs.items()), fmt)
         out += [f"# HELP {PREFIX}_exporter_dropped_series Series not exported because max_series "
                 "was reached.", f"# TYPE {PREFIX}_exporter_dropped_series gauge",
                 f"{PREFIX}_exporter_dropped_series {fmt(self.dropped_series)}"]
         return ("\n".join(out) + "\n").encode("utf-8")
+
+
+_DIST_HELP = ("Samples of the latest step's advantage histogram (advantage/hist) at or below le, "
+              "on fixed edges in std units: Grafana's heatmap.")
 
 
 def _number(value: float) -> str:
@@ -440,10 +481,19 @@ class StoreExporter:
             for record in self._new_rows(reader, run.run_id, "findings"):
                 if isinstance(record, FindingRecord) and record.status != "resolved":
                     self.state.observe_finding(run.run_id, record.severity, record.detector)
+            self._distributions(reader, run)
             for record in self._new_rows(reader, run.run_id, "phases"):
                 if isinstance(record, PhaseRecord) and record.duration_s is not None \
                         and record.status == "finished":
                     self.state.observe_phase(run.run_id, record.phase, record.duration_s)
+
+    def _distributions(self, reader: Any, run: Any) -> None:
+        if run.last_step is None:
+            return
+        for name in DISTRIBUTIONS:
+            hists = reader.read_histograms(run.run_id, name, step_min=run.last_step - 1)
+            if hists:
+                self.state.observe_distribution(run.run_id, name, hists[-1].edges, hists[-1].counts)
 
     def _new_rows(self, reader: Any, run_id: str, kind: str) -> list[Any]:
         after = self._cursor.get((run_id, kind))
@@ -524,6 +574,7 @@ def exported_families() -> list[str]:
     """Every family name the catalog can produce (docs/ops.md lists them)."""
     names = {prometheus_name(_example(s.name)) for s in CATALOG.values()}
     fams = {n.family for n in names if n is not None}
+    fams |= {f"{PREFIX}_{f}_bucket" for f in DISTRIBUTIONS.values()}
     fams |= {f"{PREFIX}_findings_total", f"{PREFIX}_run_findings_total",
              f"{PREFIX}_phase_duration_seconds", f"{PREFIX}_run_info",
              f"{PREFIX}_run_last_step", f"{PREFIX}_run_heartbeat_timestamp_seconds",

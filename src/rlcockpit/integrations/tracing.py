@@ -19,6 +19,8 @@ times. The phase timings stay in the store as before (``phases`` table, ``time/<
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 from typing import Any
 
@@ -27,9 +29,13 @@ CHAIN = {"ROLLOUT": "prompt.rollout", "SCORE": "prompt.reward", "ADVANTAGE": "pr
          "UPDATE": "prompt.update"}
 
 
+_STOP = object()
+
+
 class TrainerTracer:
-    """Fed by the trainer's phase listener (``on_phase``); ``close()`` ends the last step span and
-    flushes the exporter."""
+    """Fed by the trainer's phase listener (``on_phase``: a timestamp and a queue put on the
+    training thread; the spans are built on a background thread); ``close()`` drains the queue,
+    ends the last step span and flushes the exporter."""
 
     def __init__(self, run_id: Any, *, endpoint: str = "", exporter: Any = None,
                  prompt_every: int = 10, service: str = "rlcockpit-trainer") -> None:
@@ -59,20 +65,29 @@ class TrainerTracer:
         self._step_span: Any = None
         self._step_end = 0
         self._chain_parent: Any = None
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="rlcockpit-tracing", daemon=True)
+        self._thread.start()
 
     def on_phase(self, phase: str, step: int, seconds: float, ok: bool) -> None:
-        try:
-            self._phase(phase, step, seconds, ok)
-        except Exception as exc:  # fail soft: tracing never stops training
-            self.errors += 1
-            if self.errors == 1:
-                log.warning("tracing: %s (counted, training goes on)", exc)
+        self._queue.put((phase, step, seconds, ok, time.time_ns()))
 
-    def _phase(self, phase: str, step: int, seconds: float, ok: bool) -> None:
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            try:
+                self._phase(*item)
+            except Exception as exc:  # fail soft: tracing never stops training
+                self.errors += 1
+                if self.errors == 1:
+                    log.warning("tracing: %s (counted, training goes on)", exc)
+
+    def _phase(self, phase: str, step: int, seconds: float, ok: bool, end: int) -> None:
         from opentelemetry import trace
         from opentelemetry.trace import Status, StatusCode
 
-        end = time.time_ns()
         start = end - int(seconds * 1e9)
         if step != self._step:
             self._end_step()
@@ -111,5 +126,7 @@ class TrainerTracer:
             self._step_span = None
 
     def close(self) -> None:
+        self._queue.put(_STOP)
+        self._thread.join(timeout=10)
         self._end_step()
         self.provider.shutdown()  # flushes the batching processor
