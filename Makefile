@@ -48,7 +48,14 @@ lint: $(STAMP)
 	cd src && ../$(VENV)/bin/lint-imports ../pyproject.toml --no-cache
 
 test: $(STAMP) $(BROWSER) $(OPS_DAEMONS) lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --timeout 900 tests
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --timeout 900 --durations 15 tests
+
+# The edit loop: everything but the tests marked slow (training, browsers, TRL, subprocess
+# pipelines; tests/conftest.py SLOW_MODULES); about 3 minutes. `make test` (what CI runs) is the
+# whole suite.
+.PHONY: test-fast
+test-fast: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --timeout 300 -m "not slow" tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
