@@ -136,3 +136,48 @@ def test_the_cost_route_serves_the_ledger(tmp_path) -> None:
         assert body["eta_s"] == pytest.approx(5.0) and body["projected"]["steps"] == 10
         assert body["schedule"]["constant_n_samples"] == 8
         assert c.get("/api/runs/nope/cost").status_code == 404
+
+
+def test_the_schedule_in_the_trainer_config_is_the_seed_s() -> None:
+    from rlcockpit.config import load_config
+    from rlcockpit.errors import ConfigError
+    from rlcockpit.trainer.config import SCHEDULE_N_SAMPLES, TrainConfig
+
+    assert SCHEDULE_N_SAMPLES["seed004"] == tuple(n for *_, n in SEED_SCHEDULE)
+    with pytest.raises(ConfigError, match="every stage"):
+        load_config(TrainConfig, None, ["algo=grpo", "rollout.schedule=seed004", "rollout.batch_size=2",
+                                        "ppo.minibatch_size=8"])  # 2 prompts x 2 samples in the last stage
+
+
+@pytest.mark.slow
+def test_a_run_that_samples_by_the_schedule_and_its_measured_savings(tmp_path) -> None:
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    train = [sys.executable, "-m", "rlcockpit", "train", "--config", str(ROOT / "examples" / "grpo_tiny.yaml"),
+             "--store", db, "--quiet", "train.steps=3", "rollout.batch_size=2", "rollout.schedule=seed004",
+             "ppo.minibatch_size=4", "ppo.epochs=1", "eval.every=0", "checkpoint.every=0",
+             "checkpoint.at_end=false", f"checkpoint.dir={tmp_path / 'ckpt'}", "model.threads=1"]
+    proc = subprocess.run(train, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from rlcockpit.metrics.cost import ledger_for_run
+    from rlcockpit.store import open_store
+    from rlcockpit.store.base import SampleQuery
+
+    reader = open_store(db).reader()
+    try:
+        (run,) = reader.list_runs()
+        samples = reader.query_samples(run.run_id, SampleQuery(limit=1000)).items
+        events = [e for e in reader.read_events(run.run_id, kinds=["live_params_applied"])
+                  if e.payload["requested_by"] == "sampling_schedule"]
+        ledger = ledger_for_run(reader, run.run_id)
+    finally:
+        reader.close()
+    per_step = {s: sum(1 for x in samples if x.step == s) for s in (1, 2, 3)}
+    assert per_step == {1: 16, 2: 8, 3: 4}  # 2 prompts x 8, 4, 2 samples
+    assert [(e.step, e.payload["after"]) for e in events] == [
+        (0, {"temperature": 1.0, "top_p": 0.95}), (1, {"temperature": 0.8, "top_p": 0.9}),
+        (2, {"temperature": 0.6, "top_p": 0.85})]
+    s = ledger.schedule
+    tokens = {c.step: c.tokens_generated for c in ledger.steps}
+    assert s["applied"] and s["tokens_generated_scheduled"] == sum(tokens.values())
+    assert s["tokens_generated_constant"] == pytest.approx(tokens[1] + tokens[2] * 2 + tokens[3] * 4)
+    assert 0.3 < s["saved_fraction"] < 0.8

@@ -146,10 +146,11 @@ def _print_ledger(console: Any, ledger: Any, last_n: int) -> None:
     _print_steps(console, ledger.steps[-last_n:])
     if ledger.schedule:
         s = ledger.schedule
-        console.print(f"sampling schedule (seed 004 §3.1): n_samples {s['constant_n_samples']} -> mean "
-                      f"{s['mean_n_samples']:.2f}; generated tokens and their cost "
-                      f"-{s['saved_fraction']:.0%} over the run (USD {s['usd_constant']:.4g} -> "
-                      f"{s['usd_scheduled']:.4g})")
+        how = "applied (measured)" if s.get("applied") else "projected (not applied)"
+        console.print(f"sampling schedule (seed 004 §3.1) {how}: n_samples {s['constant_n_samples']} -> "
+                      f"mean {s['mean_n_samples']:.2f}; generated tokens {_n(s['tokens_generated_constant'])} "
+                      f"-> {_n(s['tokens_generated_scheduled'])} (-{s['saved_fraction']:.0%}), USD "
+                      f"{s['usd_constant']:.4g} -> {s['usd_scheduled']:.4g}")
 
 
 def _print_steps(console: Any, steps: list[Any]) -> None:

@@ -117,8 +117,10 @@ def step_cost(step: int, metrics: Mapping[str, float], params: Mapping[str, int]
 def build_ledger(run_id: str, step_metrics: Mapping[int, Mapping[str, float]],
                  params: Mapping[str, int], pricing: Pricing, *, total_steps: int,
                  window: int = 20, schedule: str = "", n_samples: int = 0,
-                 prompts_per_step: int = 0) -> Ledger:
-    """The ledger of one run from its per-step metrics (``{step: {name: value}}``)."""
+                 prompts_per_step: int = 0, applied_schedule: str = "") -> Ledger:
+    """The ledger of one run from its per-step metrics (``{step: {name: value}}``).
+    ``applied_schedule``: the run sampled with this rollout.schedule (its savings are measured);
+    otherwise ``schedule`` projects what it would save against the constant ``n_samples``."""
     steps = [step_cost(s, m, params, pricing) for s, m in sorted(step_metrics.items())
              if s > 0 and "cost/tokens_generated" in m]
     keys = ("tokens_generated", "tokens_trained", "prompt_tokens", "wall_s", "flops",
@@ -134,8 +136,12 @@ def build_ledger(run_id: str, step_metrics: Mapping[int, Mapping[str, float]],
     if wall > 0 and pricing.peak_tflops > 0:
         totals["mfu"] = totals["flops"] / (wall * pricing.peak_tflops * 1e12 * pricing.accelerators)
     eta, projected = _eta(steps, total_steps, window, totals)
-    sched = schedule_savings(SCHEDULES[schedule], n_samples, total_steps, totals, len(steps)) \
-        if schedule in SCHEDULES and n_samples > 0 and steps else None
+    if applied_schedule in SCHEDULES and steps:
+        sched = schedule_measured(SCHEDULES[applied_schedule], steps, total_steps)
+    elif schedule in SCHEDULES and n_samples > 0 and steps:
+        sched = schedule_savings(SCHEDULES[schedule], n_samples, total_steps, totals, len(steps))
+    else:
+        sched = None
     return Ledger(run_id, pricing, dict(params), steps, total_steps, totals, share, eta, projected, sched,
                   prompts_per_step, n_samples)
 
@@ -174,7 +180,8 @@ def schedule_savings(schedule: Sequence[tuple[float, float, float, int]], n_samp
     ratio = sum(ns) / (n_samples * total_steps)
     per_step_usd = totals["usd"] / steps_seen if steps_seen else 0.0
     per_step_tokens = totals["tokens_generated"] / steps_seen if steps_seen else 0.0
-    return {"stages": [{"from_fraction": round(f, 4), "temperature": t, "top_p": p, "n_samples": n}
+    return {"applied": False,
+            "stages": [{"from_fraction": round(f, 4), "temperature": t, "top_p": p, "n_samples": n}
                        for f, t, p, n in schedule],
             "constant_n_samples": n_samples, "mean_n_samples": sum(ns) / len(ns),
             "token_ratio": ratio, "saved_fraction": 1.0 - ratio,
@@ -182,6 +189,28 @@ def schedule_savings(schedule: Sequence[tuple[float, float, float, int]], n_samp
             "tokens_generated_scheduled": per_step_tokens * total_steps * ratio,
             "usd_constant": per_step_usd * total_steps,
             "usd_scheduled": per_step_usd * total_steps * ratio}
+
+
+def schedule_measured(schedule: Sequence[tuple[float, float, float, int]], steps: Sequence[StepCost],
+                      total_steps: int) -> dict[str, Any]:
+    """A run that sampled with ``schedule``: its generated tokens and money against the same
+    steps at the first stage's constant samples per prompt (each step scaled by n_first / n_step:
+    a response's length does not depend on how many siblings it has)."""
+    first = schedule[0][3]
+    total_steps = max(total_steps, 1)
+    ns = [schedule_n(schedule, (c.step - 1) / total_steps)[2] for c in steps]
+    actual = sum(c.tokens_generated for c in steps)
+    constant = sum(c.tokens_generated * first / n for c, n in zip(steps, ns, strict=True))
+    usd = sum(c.usd for c in steps)
+    usd_constant = sum(c.usd * first / n for c, n in zip(steps, ns, strict=True))
+    return {"applied": True,
+            "stages": [{"from_fraction": round(f, 4), "temperature": t, "top_p": p, "n_samples": n}
+                       for f, t, p, n in schedule],
+            "constant_n_samples": first, "mean_n_samples": sum(ns) / len(ns),
+            "token_ratio": actual / constant if constant else math.nan,
+            "saved_fraction": 1.0 - actual / constant if constant else math.nan,
+            "tokens_generated_constant": constant, "tokens_generated_scheduled": actual,
+            "usd_constant": usd_constant, "usd_scheduled": usd}
 
 
 @dataclass(frozen=True)
@@ -248,8 +277,11 @@ def ledger_for_run(reader: Any, run_id: str, *, schedule: str | None = None,
     last = run.last_step or 0
     metrics = reader.step_metrics(run_id, 0, last) if last > 0 else {}
     total = int((config.get("train") or {}).get("steps") or last)
-    n = int((config.get("rollout") or {}).get("n_samples") or 0)
-    prompts = int((config.get("rollout") or {}).get("batch_size") or 0)
+    rollout = config.get("rollout") or {}
+    n = int(rollout.get("n_samples") or 0)
+    prompts = int(rollout.get("batch_size") or 0)
+    applied = str(rollout.get("schedule") or "")
     chosen = schedule if schedule is not None else str((config.get("cost") or {}).get("sampling_schedule", ""))
     return build_ledger(run_id, metrics, params, pricing_from_config(config, **pricing),
-                        total_steps=total, schedule=chosen, n_samples=n, prompts_per_step=prompts)
+                        total_steps=total, schedule=chosen, n_samples=n, prompts_per_step=prompts,
+                        applied_schedule=applied)

@@ -14,6 +14,8 @@ from rlcockpit.config import Config, check, option
 from rlcockpit.control.config import ControlConfig
 from rlcockpit.diagnostics.config import DiagnosticsConfig
 
+# samples per prompt of each stage of a rollout.schedule (the schedule itself: metrics.cost)
+SCHEDULE_N_SAMPLES = {"seed004": (8, 4, 2)}
 PHASES = ("INIT", "ROLLOUT", "SCORE", "ADVANTAGE", "UPDATE", "EVAL", "DIAGNOSE", "HOTFIX", "CHECKPOINT")
 
 
@@ -59,6 +61,13 @@ class RolloutConfig(Config):
                           range=(0.05, 1.0))
     max_new_tokens: int = option(24, help="Maximum response length in tokens (live parameter); a response "
                                  "without EOS by then is `truncated`.", range=(1, 4096))
+    schedule: str = option("", help='"seed004": sample by training phase (seed 004 §3.1): temperature / top-p / '
+                                    "samples per prompt 1.0 / 0.95 / 8 over the first third of train.steps, "
+                                    "0.8 / 0.9 / 4 over the second, 0.6 / 0.85 / 2 over the last. Replaces "
+                                    "n_samples; temperature and top-p are applied as audited live-parameter "
+                                    "changes at each stage start (a ticket may still change them within a "
+                                    'stage). The cost ledger shows the tokens saved (docs/cost.md). "" = off.',
+                           choices=("", "seed004"))
 
 
 @dataclass(frozen=True)
@@ -298,18 +307,26 @@ class TrainConfig(Config):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        n = self.rollout.n_samples
-        check(self.algo != "grpo" or n >= 2, "rollout.n_samples", n,
-              "GRPO normalises rewards within a group of samples of the same prompt, so it needs at least 2; "
-              "set rollout.n_samples=4 (or use algo=ppo)")
-        total = self.samples_per_step
         mb = self.ppo.minibatch_size
-        check(mb <= total, "ppo.minibatch_size", mb,
-              f"larger than the {total} samples of a step (rollout.batch_size * rollout.n_samples); "
-              f"use a divisor of {total}")
-        check(total % mb == 0, "ppo.minibatch_size", mb,
-              f"must divide the {total} samples of a step (rollout.batch_size * rollout.n_samples); "
-              f"divisors: {_divisors(total)}")
+        if self.rollout.schedule:  # the schedule's samples per prompt replace rollout.n_samples
+            for stage_n in SCHEDULE_N_SAMPLES[self.rollout.schedule]:
+                total = self.rollout.batch_size * stage_n
+                check(mb <= total and total % mb == 0, "ppo.minibatch_size", mb,
+                      f"rollout.schedule={self.rollout.schedule} samples {stage_n} per prompt in one stage, "
+                      f"{total} samples a step; the minibatch must divide every stage's step: "
+                      f"divisors: {_divisors(total)}")
+        else:
+            n = self.rollout.n_samples
+            check(self.algo != "grpo" or n >= 2, "rollout.n_samples", n,
+                  "GRPO normalises rewards within a group of samples of the same prompt, so it needs at least 2; "
+                  "set rollout.n_samples=4 (or use algo=ppo)")
+            total = self.samples_per_step
+            check(mb <= total, "ppo.minibatch_size", mb,
+                  f"larger than the {total} samples of a step (rollout.batch_size * rollout.n_samples); "
+                  f"use a divisor of {total}")
+            check(total % mb == 0, "ppo.minibatch_size", mb,
+                  f"must divide the {total} samples of a step (rollout.batch_size * rollout.n_samples); "
+                  f"divisors: {_divisors(total)}")
         lo, hi = self.ppo.clip_eps_min, self.ppo.clip_eps_max
         check(lo <= hi, "ppo.clip_eps_min", lo, f"must not exceed ppo.clip_eps_max={hi}")
         check(not self.ppo.adaptive_clip or lo <= self.ppo.clip_eps <= hi, "ppo.clip_eps", self.ppo.clip_eps,

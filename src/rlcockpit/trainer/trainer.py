@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from rlcockpit.config import to_dict
+from rlcockpit.metrics.cost import SCHEDULES, schedule_n
 from rlcockpit.metrics.rl import kl_per_token, logprobs_from_logits
 from rlcockpit.records import SampleRecord
 from rlcockpit.trainer import step_metrics as sm
@@ -81,6 +82,7 @@ class Trainer:
         self._checkpoint_requests: list[PendingChange] = []
         self._eval_pending: dict[str, float] = {}
         self._step_started = 0.0
+        self._schedule_applied: int | None = None  # the sampling schedule's stage last applied
         self.clock = PhaseClock(config.timeouts.limit, abort=config.timeouts.on_timeout == "abort",
                                 on_start=self._phase_started, on_end=self._phase_ended,
                                 on_overrun=self._phase_overrun)
@@ -162,7 +164,7 @@ class Trainer:
     def rollout(self, step: int) -> StepState:
         self._step_started = time.perf_counter()
         with self.clock.phase("ROLLOUT", step):
-            live, c, n = self.live.params, self.c, self.cfg.rollout.n_samples
+            live, c, n = self.live.params, self.c, self.n_samples(step)
             prompts = c.source.next_batch()
             items = [it for it in prompts for _ in range(n)]
             ids, mask = left_pad([it.token_ids for it in items], c.tokenizer.pad_token_id)
@@ -206,7 +208,7 @@ class Trainer:
                 ppo_advantages(state, gamma=p.gamma, lam=p.lam, whiten=p.whiten_advantages,
                                value_norm=self.c.value_norm)
             else:
-                grpo_advantages(state, self.cfg.rollout.n_samples)
+                grpo_advantages(state, self.n_samples(state.step))
 
     def update(self, state: StepState) -> None:
         """Minibatches x epochs, then the adaptive KL and clip controllers move for the next step."""
@@ -254,6 +256,7 @@ class Trainer:
         self.diagnosis.act(self, step)
         if self.control is not None:
             self.control.before_hotfix(step)
+        self._schedule_sampling(step + 1)
         with self.clock.phase("HOTFIX", step):
             for item in self.live.drain():
                 self._handle(item, step)
@@ -308,6 +311,34 @@ class Trainer:
                            self.cfg.telemetry.store)
 
     # ------------------------------------------------------------------ helpers
+
+    def n_samples(self, step: int) -> int:
+        """Samples per prompt at ``step``: rollout.n_samples, or the rollout.schedule's stage."""
+        stage = self._schedule_stage(step)
+        return stage[3] if stage else self.cfg.rollout.n_samples
+
+    def _schedule_stage(self, step: int) -> tuple[int, float, float, int] | None:
+        """(stage index, temperature, top_p, n_samples) of the sampling schedule at ``step``."""
+        if not self.cfg.rollout.schedule:
+            return None
+        stages = SCHEDULES[self.cfg.rollout.schedule]
+        fraction = (max(step, 1) - 1) / self.cfg.train.steps
+        index = max(i for i, stage in enumerate(stages) if fraction >= stage[0])
+        return (index, *schedule_n(stages, fraction))
+
+    def _schedule_sampling(self, next_step: int) -> None:
+        """At a stage start, the schedule's temperature and top-p go through the live inbox (applied
+        in this HOTFIX, recorded as ``live_params_applied``): nothing changes silently, and a ticket
+        may still change them within the stage."""
+        stage = self._schedule_stage(next_step)
+        if stage is None or stage[0] == self._schedule_applied or next_step > self.cfg.train.steps:
+            return
+        self._schedule_applied = stage[0]
+        index, temperature, top_p, n = stage
+        self.live.request({"temperature": temperature, "top_p": top_p},
+                          reason=f"rollout.schedule={self.cfg.rollout.schedule} stage {index + 1}: "
+                                 f"{n} samples per prompt from step {next_step}",
+                          requested_by="sampling_schedule")
 
     def _eval_due(self, step: int) -> bool:
         every = self.cfg.eval.every
