@@ -14,9 +14,11 @@ from collections.abc import Callable, Sequence
 
 from rlcockpit.errors import ConfigError
 from rlcockpit.records import SampleRecord
+from rlcockpit.store import rollups
 from rlcockpit.store.base import SAMPLE_HISTOGRAM_FIELDS, SampleHistogram, SamplePage, SampleQuery
 from rlcockpit.store.ch_transport import lit
 from rlcockpit.store.codec import decode_f16, decode_tokens
+from rlcockpit.store.downsample import _points
 
 Query = Callable[..., list[tuple]]
 Point = tuple[int, float, float]  # step, value, wall_time
@@ -62,6 +64,11 @@ def series_points(q: Query, db: str, run_id: str, names: Sequence[str], lo: int,
                 f"WHERE {where} AND name IN ({lit(raw)}) ORDER BY name, step"):
             out[name][0].append((int(step), float(value), float(wall)))
     big = [n for n in names if n in stats and n not in raw]
+    plans = {n: plan for n in big if (plan := _rollup_plan(stats[n], max_points)) is not None}
+    if plans:
+        for name, points in _from_rollups(q, db, run_id, plans, max_points).items():
+            out[name] = (points, True)
+        big = [n for n in big if n not in plans]
     for divisor in (2, 3):  # at most 3 points a bucket: fewer buckets if NaNs overflow
         if not big:
             break
@@ -70,6 +77,83 @@ def series_points(q: Query, db: str, run_id: str, names: Sequence[str], lo: int,
             if len(found[name]) <= max_points or divisor == 3:
                 out[name] = (found[name], True)
                 big.remove(name)
+    return out
+
+
+def _rollup_plan(stat: tuple, max_points: int) -> tuple[int, int, int, int, int] | None:
+    """(first, last, block size, first whole block, last whole block) when the range spans
+    enough whole rollup blocks for ``max_points`` (the SQLite reader's rule), else None."""
+    _count, first, last = (int(v) for v in stat)
+    buckets = max_points // 2 - 2
+    size = next((z for z in reversed(rollups.SIZES) if (last - first + 1) // z >= buckets), None)
+    if size is None or max_points < 16:
+        return None
+    return first, last, size, -(-first // size), (last + 1) // size - 1
+
+
+def _from_rollups(q: Query, db: str, run_id: str, plans: dict[str, tuple], max_points: int
+                  ) -> dict[str, list[Point]]:
+    """Whole blocks from the rollup rows, folded into output buckets in SQL; the partial blocks
+    at either end of the range from the raw rows. Two queries for every curve together (three
+    when a curve has NaNs and needs the smaller bucket budget)."""
+    r = lit(run_id)
+    ends = " OR ".join(
+        f"(name = {lit(n)} AND (step BETWEEN {f} AND {k0 * z - 1} OR "
+        f"step BETWEEN {(k1 + 1) * z} AND {last}))"
+        for n, (f, last, z, k0, k1) in plans.items())
+    edge: dict[str, list[Point]] = {n: [] for n in plans}
+    for name, step, value, wall in q(f"SELECT toString(name), step, value, wall_time FROM "
+                                     f"{db}.metrics WHERE run_id = {r} AND ({ends})"):
+        edge[name].append((int(step), float(value), float(wall)))
+    out: dict[str, list[Point]] = {}
+    todo = dict(plans)
+    for per_bucket in (2, 3):
+        if not todo:
+            break
+        buckets = max(1, max_points // per_bucket - 2)
+        folded = _folded_blocks(q, db, r, todo, buckets)
+        for name in list(todo):
+            first, last, size, k0, k1 = todo[name]
+            head = [p for p in edge[name] if p[0] < k0 * size]
+            tail = [p for p in edge[name] if p[0] > (k1 + 1) * size - 1]
+            accs = [list(a) for a in rollups.summarize(head, 1 << 62).values()]
+            accs += folded[name]
+            accs += [list(a) for a in rollups.summarize(tail, 1 << 62).values()]
+            points = _points(accs)
+            if len(points) <= max_points or per_bucket == 3:
+                out[name] = points
+                del todo[name]
+    return out
+
+
+def _folded_blocks(q: Query, db: str, r: str, plans: dict[str, tuple], buckets: int
+                   ) -> dict[str, list[list]]:
+    """Per curve, the accumulators [min_step, min_value, min_wall, max_step, max_value,
+    max_wall, nan_step, nan_wall] of ``buckets`` output buckets of whole blocks (output bucket j
+    = blocks [j*n/B, (j+1)*n/B), the partial rows of a block folded together)."""
+    blocks = " OR ".join(f"(name = {lit(n)} AND size = {z} AND bucket BETWEEN {k0} AND {k1})"
+                         for n, (_f, _l, z, k0, k1) in plans.items())
+    out_bucket = "multiIf(" + ", ".join(
+        f"name = {lit(n)}, intDiv((bucket - {k0}) * {buckets}, {k1 - k0 + 1})"
+        for n, (_f, _l, _z, k0, k1) in plans.items()) + ", 0)"
+    has_min, has_nan = "isNotNull(min_step)", "isNotNull(nan_step)"
+    found = q(
+        f"SELECT toString(name), {out_bucket} AS j, countIf({has_min}), "
+        f"argMinIf(tuple(min_step, min_value, min_wall), min_value, {has_min}), "
+        f"argMaxIf(tuple(max_step, max_value, max_wall), max_value, isNotNull(max_step)), "
+        f"countIf({has_nan}), minIf(tuple(nan_step, nan_wall), {has_nan}) "
+        f"FROM {db}.metric_rollups WHERE run_id = {r} AND ({blocks}) GROUP BY name, j "
+        "ORDER BY name, j")
+    out: dict[str, list[list]] = {n: [] for n in plans}
+    for name, _j, finite, low, high, nans, nan_row in found:
+        low, high, nan_row = _tuple(low), _tuple(high), _tuple(nan_row)
+        acc: list = [None] * 8
+        if finite:
+            acc[0:6] = [int(low[0]), float(low[1]), float(low[2]),
+                        int(high[0]), float(high[1]), float(high[2])]
+        if nans:
+            acc[6:8] = [int(nan_row[0]), float(nan_row[1])]
+        out[name].append(acc)
     return out
 
 

@@ -89,7 +89,31 @@ V2_SAMPLE_INDICES = (
     "TYPE bloom_filter GRANULARITY 1",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (V1_CORE, V2_SAMPLE_INDICES)
+# per-metric extremes of every 64- and 4096-step block (store/rollups.py, as in SQLite): a
+# downsampled curve over 1M steps reads ~2k small rows instead of 1M. The writer appends one
+# partial row per (block, batch); readers fold them. Built here for the metrics already stored.
+_OK = "NOT isNaN(value)"
+V3_METRIC_ROLLUPS = (
+    f"CREATE TABLE IF NOT EXISTS {{db}}.metric_rollups ({_RUN}, name LowCardinality(String), "
+    "size UInt32, bucket Int64, min_step Nullable(Int64), min_value Nullable(Float64), "
+    "min_wall Nullable(Float64), max_step Nullable(Int64), max_value Nullable(Float64), "
+    "max_wall Nullable(Float64), nan_step Nullable(Int64), nan_wall Nullable(Float64)) "
+    f"ENGINE = MergeTree ORDER BY (run_id, name, size, bucket) {_DEDUP}",
+    "INSERT INTO {db}.metric_rollups SELECT run_id, name, size, intDiv(step, size) AS bucket, "
+    f"if(countIf({_OK}) > 0, argMinIf(step, value, {_OK}), NULL), "
+    f"if(countIf({_OK}) > 0, minIf(value, {_OK}), NULL), "
+    f"if(countIf({_OK}) > 0, argMinIf(wall_time, value, {_OK}), NULL), "
+    f"if(countIf({_OK}) > 0, argMaxIf(step, value, {_OK}), NULL), "
+    f"if(countIf({_OK}) > 0, maxIf(value, {_OK}), NULL), "
+    f"if(countIf({_OK}) > 0, argMaxIf(wall_time, value, {_OK}), NULL), "
+    "if(countIf(isNaN(value)) > 0, minIf(step, isNaN(value)), NULL), "
+    "if(countIf(isNaN(value)) > 0, argMinIf(wall_time, step, isNaN(value)), NULL) "
+    "FROM {db}.metrics ARRAY JOIN [64, 4096] AS size "
+    "WHERE (SELECT count() FROM {db}.metric_rollups) = 0 "
+    "GROUP BY run_id, name, size, bucket",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (V1_CORE, V2_SAMPLE_INDICES, V3_METRIC_ROLLUPS)
 SCHEMA_VERSION = len(MIGRATIONS)
 TOKEN_ARRAY_COLUMNS = ("tokens", "logprobs", "ref_logprobs", "token_kl")
 

@@ -247,7 +247,7 @@ def _chdb_connect(path: Path):
 
 _ARROW_TYPES = {
     "String": "binary", "LowCardinality(String)": "string", "Int64": "int64", "UInt64": "uint64",
-    "UInt8": "uint8", "Float64": "float64", "Nullable(Float64)": "float64",
+    "UInt8": "uint8", "UInt32": "uint32", "Float64": "float64", "Nullable(Float64)": "float64",
     "Nullable(Int64)": "int64", "Nullable(String)": "binary", "Array(LowCardinality(String))":
     "list<string>", "Array(Float64)": "list<float64>", "Array(Int64)": "list<int64>",
 }

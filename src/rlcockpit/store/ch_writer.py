@@ -19,7 +19,7 @@ from typing import Any
 
 from rlcockpit.errors import NotFoundError, StoreError
 from rlcockpit.records import RUN_STATUSES, Batch, RunInfo, SampleRecord
-from rlcockpit.store import codec
+from rlcockpit.store import codec, rollups
 from rlcockpit.store import sqlite_rows as rows
 from rlcockpit.store.ch_transport import Transport, lit
 
@@ -50,6 +50,10 @@ TYPES: dict[str, dict[str, str]] = {
     "checkpoints": {"run_id": _LC, "checkpoint_id": "Int64", "step": "Int64", "path": "String",
                     "reason": _LC, "wall_time": _F},
     "steps": {"run_id": _LC, "step": "Int64", "wall_time": _F},
+    "metric_rollups": {"run_id": _LC, "name": _LC, "size": "UInt32", "bucket": "Int64",
+                       "min_step": "Nullable(Int64)", "min_value": _NF, "min_wall": _NF,
+                       "max_step": "Nullable(Int64)", "max_value": _NF, "max_wall": _NF,
+                       "nan_step": "Nullable(Int64)", "nan_wall": _NF},
     "run_names": {"run_id": _LC, "kind": _LC, "name": "String"},
     "runs": {"run_id": "String", "project": "String", "name": "String", "started_at": _F,
              "config": "String", "created_ns": "UInt64"},
@@ -82,7 +86,8 @@ class ClickHouseWriter:
         self._last_step: dict[str, int | None] = {}  # this writer's max step per run
         self._touched_below: dict[str, int] = {}  # steps <= this may already hold rows
         self._last_id = 0
-        self._pending: tuple[Batch | None, str] = (None, "")  # a batch whose write failed
+        # a batch whose write failed: (batch, its dedup token, its rewritten metric names)
+        self._pending: tuple[Batch | None, str, set[str]] = (None, "", set())
 
     # ------------------------------------------------------------------ runs
 
@@ -146,15 +151,19 @@ class ClickHouseWriter:
         # now would be this batch's own).
         retry = batch is self._pending[0]
         token = self._pending[1] if retry else uuid.uuid4().hex
-        self._pending = (batch, token)
+        rewritten = self._pending[2] if retry else set()
+        self._pending = (batch, token, rewritten)
         if not retry:
-            self._replace_rewritten(run_id, tables)
+            rewritten |= self._replace_rewritten(run_id, tables)
+        tables["metric_rollups"] = _rollup_rows(run_id, [r for r in tables["metrics"]
+                                                         if r[1] not in rewritten])
         for table, found in tables.items():
             self._insert(table, found, token=f"{token}:{table}")
+        self._recompute_rollups(run_id, [r for r in tables["metrics"] if r[1] in rewritten])
         self._insert("run_names", sorted(names), token=f"{token}:run_names")
         self._insert("steps", [(run_id, s, w) for s, w in sorted(steps.items())],
                      token=f"{token}:steps")
-        self._pending = (None, "")
+        self._pending = (None, "", set())
         self._run_names |= names
         self._note_written(run_id, tables)
         self._heartbeat(run_id, now, _max_step(batch))
@@ -206,9 +215,30 @@ class ClickHouseWriter:
         names |= {(run_id, "histogram", str(h.name)) for h in batch.histograms}
         return names - self._run_names
 
-    def _replace_rewritten(self, run_id: str, tables: dict[str, list[tuple]]) -> None:
+    def _recompute_rollups(self, run_id: str, written: list[tuple]) -> None:
+        """Rebuild the rollup rows of every block touched by rewritten metric steps from the
+        metrics table (a replaced spike must leave the downsampled curve)."""
+        by_name: dict[str, list[int]] = {}
+        for r in written:
+            by_name.setdefault(r[1], []).append(r[2])
+        for name, steps in by_name.items():
+            for size in rollups.SIZES:
+                lo, hi = min(steps) // size, max(steps) // size
+                where = (f"run_id = {lit(run_id)} AND name = {lit(name)}")
+                self._t.command(f"DELETE FROM {self._db}.metric_rollups WHERE {where} AND "
+                                f"size = {size} AND bucket BETWEEN {lo} AND {hi}")
+                points = self._t.query(
+                    f"SELECT step, value, wall_time FROM {self._db}.metrics WHERE {where} "
+                    f"AND step BETWEEN {lo * size} AND {(hi + 1) * size - 1}")
+                self._insert("metric_rollups", [
+                    (run_id, name, size, b, *acc)
+                    for b, acc in rollups.summarize(points, size).items()])
+
+    def _replace_rewritten(self, run_id: str, tables: dict[str, list[tuple]]) -> set[str]:
         """A step written again (a resumed run re-logging steps) replaces the old rows of the same
-        keys. Only batches that reach below what this run may already hold are checked."""
+        keys. Only batches that reach below what this run may already hold are checked. Returns
+        the metric names that had rows replaced."""
+        rewritten: set[str] = set()
         keyed = (("metrics", "(name, step)", lambda r: (r[1], r[2])),
                  ("histograms", "(name, step)", lambda r: (r[1], r[2])),
                  ("samples", "(step, sample_id)", lambda r: (r[1], r[2])))
@@ -229,6 +259,9 @@ class ClickHouseWriter:
             where = f"run_id = {lit(run_id)} AND {key_sql} IN ({', '.join(lit(k) for k in keys)})"
             if self._t.query(f"SELECT count() FROM {self._db}.{table} WHERE {where}")[0][0]:
                 self._t.command(f"DELETE FROM {self._db}.{table} WHERE {where}")
+                if table == "metrics":
+                    rewritten |= {k[0] for k in keys}
+        return rewritten
 
     def _note_written(self, run_id: str, tables: dict[str, list[tuple]]) -> None:
         """After a successful batch: steps up to its highest now hold rows of this run."""
@@ -267,6 +300,16 @@ class ClickHouseWriter:
             raise NotFoundError(f"run {run_id!r} is not in this store; create it first",
                                 details={"run_id": run_id})
         self._known_runs.add(run_id)
+
+
+def _rollup_rows(run_id: str, metric_rows: list[tuple]) -> list[tuple]:
+    """This batch's partial rollup rows: per metric, size and block, its extremes and first
+    NaN among the batch's points (readers fold the partial rows of a block)."""
+    by_name: dict[str, list[tuple[int, float, float]]] = {}
+    for _run, name, step, value, wall in metric_rows:
+        by_name.setdefault(name, []).append((step, value, wall))
+    return [(run_id, name, size, bucket, *acc) for name, points in by_name.items()
+            for size in rollups.SIZES for bucket, acc in rollups.summarize(points, size).items()]
 
 
 def _sample_row(run_id: str, s: SampleRecord, now: float) -> tuple:
