@@ -472,3 +472,20 @@ def test_token_arrays_ttl_is_a_column_ttl_and_a_dropped_array_reads_as_absent(tm
         assert page.has_token_arrays == (False,) and page.items[0].logprobs is None
     finally:
         store.close()
+
+
+def test_store_doc_covers_the_clickhouse_tables_and_options(tmp_path):
+    from rlcockpit.store.uri import CLICKHOUSE_OPTIONS
+
+    doc = (REPO / "docs" / "store.md").read_text()
+    store = open_store(f"chdb:///{tmp_path / 'ch'}")
+    try:
+        tables = [r[0] for r in store._transport.query(
+            "SELECT name FROM system.tables WHERE database = 'rlcockpit'")]
+    finally:
+        store.close()
+    assert "metric_rollups" in tables and "samples" in tables
+    for name in tables + list(CLICKHOUSE_OPTIONS):
+        assert f"`{name}`" in doc, name
+    for needle in ("RLCOCKPIT_TEST_CLICKHOUSE_URI", "Kafka", "store copy", "control.db"):
+        assert needle in doc, needle
