@@ -103,3 +103,32 @@ def _alerts(am, matcher: str, **params: str) -> list[dict]:
     query = urllib.parse.urlencode({"filter": matcher, **params})
     return get_json(f"{am.url}/api/v2/alerts?{query}")
 
+
+
+def test_the_server_forwards_new_findings_of_any_run(tmp_path) -> None:
+    """`rlcockpit serve --alertmanager-url`: findings written to the store by any producer reach
+    Alertmanager; the history present at start is not re-sent."""
+    import rlcockpit
+    from rlcockpit.integrations.alertmanager import StoreForwarder
+    from rlcockpit.store import open_store
+
+    uri = f"sqlite:///{tmp_path / 'f.db'}"
+    with rlcockpit.init(project="trl", name="old", store=uri, run_id="old") as run:
+        run.finding(step=1, detector="entropy", severity="red", message="before the server started")
+    am = start_alertmanager(tmp_path, CONFIG)
+    store = open_store(uri)
+    forwarder = StoreForwarder(store.reader(), AlertmanagerSink(am.url), poll_s=3600)
+    try:
+        with rlcockpit.init(project="trl", name="old", store=uri, run_id="old", resume=True) as run:
+            run.finding(step=2, detector="entropy", severity="orange", message="collapse", incident="inc-1")
+        with rlcockpit.init(project="verl", name="new", store=uri, run_id="new") as run:
+            run.finding(step=5, detector="kl_tiers", severity="black", message="KL 12x")
+        assert forwarder.poll() == 2 and forwarder.poll() == 0
+        forwarder.sink.close()
+        alerts = wait_for(lambda: (lambda a: a if len(a) == 2 else None)(get_json(am.url + "/api/v2/alerts")),
+                          what="two forwarded alerts")
+        got = sorted((a["labels"]["run"], a["labels"]["project"], a["labels"]["severity"]) for a in alerts)
+        assert got == [("new", "verl", "black"), ("old", "trl", "orange")]
+    finally:
+        forwarder._stop.set()
+        am.stop()

@@ -34,6 +34,12 @@ def register(subparsers: Any) -> None:
                    help="/metrics reads the store at most this often (default 2)")
     p.add_argument("--metrics-runs", type=int, default=20, metavar="N",
                    help="/metrics exports the N most recent runs, running ones first (default 20)")
+    p.add_argument("--alertmanager-url", default="", metavar="URL",
+                   help="forward every new finding in the store (any trainer, the TRL callback, follow "
+                        "mode) to this Alertmanager (API v2; docs/ops.md)")
+    p.add_argument("--alertmanager-min-severity", default="yellow",
+                   choices=("info", "yellow", "orange", "red", "black"),
+                   help="lowest severity forwarded (default yellow)")
     p.add_argument("--log-format", choices=("console", "json"), default="console",
                    help="json: one JSON object per log line with rl_component=server (docs/ops.md)")
     p.add_argument("--loki-url", default="", metavar="URL",
@@ -66,13 +72,26 @@ def _command(args: argparse.Namespace) -> int:
     print(f"rlcockpit cockpit for {settings.store}: http://{_url_host(settings.host)}:"
           f"{settings.port}/  (Ctrl-C stops)", flush=True)
     handlers = _structured_logs(args)
+    forwarder = _forward_findings(args, store, f"http://{_url_host(settings.host)}:{settings.port}")
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
                     log_config=None if handlers else uvicorn.config.LOGGING_CONFIG)
     finally:
+        if forwarder is not None:
+            forwarder.close()
         for handler in handlers:
             handler.close()
     return 0
+
+
+def _forward_findings(args: argparse.Namespace, store: Any, cockpit_url: str) -> Any:
+    if not args.alertmanager_url:
+        return None
+    from rlcockpit.integrations.alertmanager import AlertmanagerSink, StoreForwarder
+
+    sink = AlertmanagerSink(args.alertmanager_url, min_severity=args.alertmanager_min_severity,
+                            cockpit_url=cockpit_url)
+    return StoreForwarder(store.reader(), sink)
 
 
 def _structured_logs(args: argparse.Namespace) -> list[Any]:

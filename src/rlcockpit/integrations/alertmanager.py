@@ -106,12 +106,14 @@ class AlertmanagerSink:
         self._thread = threading.Thread(target=self._loop, name="rlcockpit-alertmanager", daemon=True)
         self._thread.start()
 
-    def __call__(self, f: FindingRecord) -> bool:
-        """Queue one finding (below ``min_severity``: ignored). Never raises."""
+    def __call__(self, f: FindingRecord, *, run: str | None = None, project: str | None = None) -> bool:
+        """Queue one finding (below ``min_severity``: ignored). Never raises. ``run`` / ``project``
+        override the sink's own (the server forwards findings of many runs)."""
         try:
             if f.severity not in SEVERITY_ORDER or SEVERITY_ORDER.index(f.severity) < self.min_rank:
                 return False
-            alert = alert_for(f, run_id=self._run_id(), project=self.project,
+            alert = alert_for(f, run_id=run if run is not None else self._run_id(),
+                              project=self.project if project is None else project,
                               cockpit_url=self.cockpit_url, resolve_after_s=self.resolve_after_s)
             self._queue.put_nowait(alert)
             return True
@@ -172,3 +174,52 @@ class AlertmanagerSink:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             return f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
         return None if 200 <= status < 300 else f"HTTP {status}"
+
+
+class StoreForwarder:
+    """``rlcockpit serve --alertmanager-url``: every finding written to the store from now on, by
+    any producer (rlcockpit's trainer, the TRL callback, follow mode, ``rlcockpit doctor``), goes
+    to Alertmanager. A daemon thread polls the store every ``poll_s`` (new findings only, by row
+    id cursor per run); history present at start is not re-sent."""
+
+    def __init__(self, reader: Any, sink: AlertmanagerSink, *, poll_s: float = 2.0) -> None:
+        self.reader, self.sink, self.poll_s = reader, sink, poll_s
+        self.forwarded = 0
+        self._cursor: dict[str, int | None] = {}
+        self._stop = threading.Event()
+        self._start_cursors()
+        self._thread = threading.Thread(target=self._loop, name="rlcockpit-am-forward", daemon=True)
+        self._thread.start()
+
+    def _start_cursors(self) -> None:
+        for run in self.reader.list_runs():
+            self._cursor[run.run_id] = self.reader.tail_start_ids(run.run_id).get("findings")
+
+    def poll(self) -> int:
+        """One pass over the runs; returns how many findings were forwarded."""
+        sent = 0
+        for run in self.reader.list_runs():
+            after = self._cursor.get(run.run_id)
+            while True:
+                rows = self.reader.rows_after(run.run_id, "findings", after, limit=500)
+                for _, finding in rows:
+                    sent += bool(self.sink(finding, run=run.run_id, project=run.project))
+                if rows:
+                    after = rows[-1][0]
+                if len(rows) < 500:
+                    break
+            self._cursor[run.run_id] = after
+        self.forwarded += sent
+        return sent
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.poll()
+            except Exception as exc:  # fail soft: the cockpit keeps serving
+                log.warning("forwarding findings to Alertmanager: %s", exc)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sink.close()
