@@ -77,6 +77,9 @@ def test_every_panel_expression_answers_with_data(tmp_path) -> None:
             runs = get_json(f"{prom.url}/api/v1/label/run/values?"
                             + urllib.parse.urlencode({"match[]": "rlcockpit_run_info"}))["data"]
             assert runs == [RUN]  # the dashboard's $run variable
+            # the exporter reads the steps written since its last read: the newest value is there
+            wait_for(lambda: [r for r in promql(prom, f'rlcockpit_reward_mean{{run="{RUN}"}}')
+                              if float(r["value"][1]) == pytest.approx(1.5)], what="step 15's reward")
             heat = promql(prom, f'rlcockpit_advantage_distribution_bucket{{run="{RUN}",le="+Inf"}}')
             assert float(heat[0]["value"][1]) == 6
         finally:

@@ -457,6 +457,8 @@ class StoreExporter:
         self.max_runs = max_runs
         self.state = RLMetricsState(max_series=max_series)
         self._cursor: dict[tuple[str, str], int | None] = {}
+        self._seen_step: dict[str, int | None] = {}  # last complete step read, per run
+        self._moved: dict[str, int] = {}  # runs.last_step at the last read
         self._refreshed = -math.inf
         self._lock = threading.Lock()
 
@@ -474,18 +476,38 @@ class StoreExporter:
         runs = sorted(reader.list_runs(), key=lambda r: (r.status != "running", -r.started_at))
         runs = runs[: self.max_runs]
         self.state.forget_runs([r.run_id for r in runs])
+        kept = {r.run_id for r in runs}
+        self._seen_step = {k: v for k, v in self._seen_step.items() if k in kept}
+        self._moved = {k: v for k, v in self._moved.items() if k in kept}
+        self._cursor = {k: v for k, v in self._cursor.items() if k[0] in kept}
         for run in runs:
             self.state.set_run(run.run_id, step=run.last_step, status=run.status, name=run.name,
                                heartbeat_at=run.heartbeat_at)
-            self.state.observe_metrics(run.run_id, {k: v for k, (_, v) in reader.latest(run.run_id).items()})
+            self._metrics(reader, run)
             for record in self._new_rows(reader, run.run_id, "findings"):
                 if isinstance(record, FindingRecord) and record.status != "resolved":
                     self.state.observe_finding(run.run_id, record.severity, record.detector)
-            self._distributions(reader, run)
             for record in self._new_rows(reader, run.run_id, "phases"):
                 if isinstance(record, PhaseRecord) and record.duration_s is not None \
                         and record.status == "finished":
                     self.state.observe_phase(run.run_id, record.phase, record.duration_s)
+
+    def _metrics(self, reader: Any, run: Any) -> None:
+        """Latest value per metric: the whole run once, then only the complete steps written since
+        (``steps_after``); a run whose ``last_step`` did not move costs no query at all."""
+        if run.last_step is None or self._moved.get(run.run_id) == run.last_step:
+            return
+        self._moved[run.run_id] = run.last_step
+        if run.run_id not in self._seen_step:
+            self.state.observe_metrics(run.run_id, {k: v for k, (_, v) in reader.latest(run.run_id).items()})
+            self._seen_step[run.run_id] = reader.tail_start_ids(run.run_id).get("step")
+        else:
+            new = reader.steps_after(run.run_id, self._seen_step[run.run_id], limit=10_000)
+            if new:
+                for _, metrics in sorted(reader.step_metrics(run.run_id, new[0][0], new[-1][0]).items()):
+                    self.state.observe_metrics(run.run_id, metrics)
+                self._seen_step[run.run_id] = new[-1][0]
+        self._distributions(reader, run)
 
     def _distributions(self, reader: Any, run: Any) -> None:
         if run.last_step is None:
