@@ -172,3 +172,27 @@ def _get(url: str):
 
 def _alerts(prom) -> list[dict]:
     return _get(prom.url + "/api/v1/alerts")["data"]["alerts"]
+
+
+def test_the_serve_command_serves_metrics_and_json_logs(tmp_path) -> None:
+    """`rlcockpit serve` has /metrics by default and not with --no-metrics; --log-format json."""
+    import os
+    import subprocess
+    import sys
+
+    uri = build_store(tmp_path)
+    for flags, status in (([], 200), (["--no-metrics"], 404)):
+        proc = subprocess.Popen([sys.executable, "-m", "rlcockpit", "serve", "--store", uri, "--port", "0",
+                                 "--log-format", "json", *flags], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            url = "http://" + proc.stdout.readline().split("http://", 1)[1].split()[0].rstrip("/")
+            def get(url=url):
+                try:
+                    return urllib.request.urlopen(url + "/metrics", timeout=2).status
+                except urllib.error.HTTPError as exc:
+                    return exc.code
+            assert wait_for(lambda: get() in (200, 404) and get(), what="the server") == status
+        finally:
+            proc.terminate()
+            proc.wait(10)
