@@ -26,6 +26,7 @@ from rlcockpit.records import (
 from rlcockpit.store import ch_samples
 from rlcockpit.store import sqlite_rows as rows
 from rlcockpit.store.base import RunSummary, SampleHistogram, SamplePage, SampleQuery, Series
+from rlcockpit.store.ch_samples import _tuple
 from rlcockpit.store.ch_transport import Transport, lit
 
 _BIG = 2**62
@@ -55,25 +56,32 @@ class ClickHouseReader:
 
     # ------------------------------------------------------------------ runs
 
-    def _runs_sql(self, where: str = "") -> str:
+    def _runs(self, where: str = "") -> list[tuple]:
+        """Run rows (run_id, project, name, status, started_at, ended_at, config, last_step,
+        heartbeat_at): three small aggregations joined here (cheaper than SQL joins in chDB)."""
         db = self._db
-        return (
-            "SELECT r.run_id, r.project, r.name, s.st.1, r.started_at, s.st.2, r.config, "
-            "h.last_step, h.heartbeat_at FROM "
-            f"(SELECT * FROM {db}.runs {where} ORDER BY run_id, created_ns LIMIT 1 BY run_id) r "
-            "LEFT JOIN (SELECT run_id, argMax(tuple(status, ended_at), written_ns) AS st "
-            f"FROM {db}.run_status {where} GROUP BY run_id) s ON s.run_id = r.run_id "
-            "LEFT JOIN (SELECT run_id, argMax(heartbeat_at, written_ns) AS heartbeat_at, "
-            f"max(last_step) AS last_step FROM {db}.run_heartbeats {where} GROUP BY run_id) h "
-            "ON h.run_id = r.run_id")
+        status = {r[0]: (r[1], r[2]) for r in self._q(
+            f"SELECT run_id, argMax(status, written_ns), argMax(tuple(ended_at), written_ns) "
+            f"FROM {db}.run_status {where} GROUP BY run_id")}
+        beats = {r[0]: (r[1], r[2]) for r in self._q(
+            f"SELECT run_id, max(last_step), argMax(heartbeat_at, written_ns) "
+            f"FROM {db}.run_heartbeats {where} GROUP BY run_id")}
+        out = []
+        for run_id, project, name, started, config in self._q(
+                f"SELECT run_id, project, name, started_at, config FROM {db}.runs {where} "
+                "ORDER BY run_id, created_ns LIMIT 1 BY run_id"):
+            st, ended = status.get(run_id, ("running", (None,)))
+            last_step, heartbeat = beats.get(run_id, (None, None))
+            out.append((run_id, project, name, st, started, _tuple(ended)[0], config, last_step,
+                        heartbeat))
+        return out
 
     def list_runs(self) -> list[RunInfo]:
-        found = self._q(self._runs_sql() + " ORDER BY r.started_at DESC, r.run_id DESC",
-                        join_use_nulls=1)
-        return [self._run_info(r) for r in found]
+        runs = sorted(self._runs(), key=lambda r: (r[4], r[0]), reverse=True)  # newest first
+        return [self._run_info(r) for r in runs]
 
     def get_run(self, run_id: str) -> RunInfo:
-        found = self._q(self._runs_sql(f"WHERE run_id = {lit(run_id)}"), join_use_nulls=1)
+        found = self._runs(f"WHERE run_id = {lit(run_id)}")
         if not found:
             raise _run_not_found(run_id)
         return self._run_info(found[0])
@@ -109,10 +117,12 @@ class ClickHouseReader:
         samples = self._q(f"SELECT count() FROM {self._db}.samples WHERE run_id = {r}")[0][0]
         severities = dict(self._q(f"SELECT toString(severity), count() FROM {self._db}.findings "
                                   f"WHERE run_id = {r} GROUP BY severity"))
-        dropped = self.latest(run_id, [DROPPED_METRIC]).get(DROPPED_METRIC)
+        names = self.metric_names(run_id)
+        dropped = (self.latest(run_id, [DROPPED_METRIC]).get(DROPPED_METRIC)
+                   if DROPPED_METRIC in names else None)
         return RunSummary(run=run, steps=int(steps), first_step=first if steps else None,
                           last_step=last if steps else None,
-                          metric_names=tuple(self.metric_names(run_id)), samples=int(samples),
+                          metric_names=tuple(names), samples=int(samples),
                           findings_by_severity=severities,
                           dropped_total=int(dropped[1]) if dropped else 0)
 
