@@ -32,6 +32,7 @@ ENDPOINTS = [
     ("GET", f"/api/runs/{RUN}/findings", "viewer", None),
     ("GET", f"/api/runs/{RUN}/incidents", "viewer", None),
     ("GET", f"/api/runs/{RUN}/snapshots", "viewer", None),
+    ("GET", f"/api/runs/{RUN}/cost", "viewer", None),
     ("GET", f"/api/runs/{RUN}/snapshots/1", "viewer", None),
     ("GET", f"/api/runs/{RUN}/phases", "viewer", None),
     ("GET", f"/api/runs/{RUN}/events", "viewer", None),
