@@ -720,7 +720,7 @@ def test_rm_component_bias_a_sparse_component_being_learned_is_yellow_a_biased_h
     def run(learned: bool):
         steps = []
         for i in range(40):
-            p = (0.38 if i >= 25 else 0.03) if learned else 0.03
+            p = (0.5 if i >= 25 else 0.03) if learned else 0.03  # half the samples: the median flips
             shift = -0.5 if (not learned and i >= 25) else 0.0
             comps = [{"helpfulness": float(rng.choice([0.0, 1.0])) + shift,
                       "harmlessness": float(rng.random() < p), "format": float(rng.choice([0.0, 1.0]))}
@@ -732,6 +732,6 @@ def test_rm_component_bias_a_sparse_component_being_learned_is_yellow_a_biased_h
 
     learned = run(True)
     assert learned and {c.severity for c in learned} == {"yellow"} and {c.key for c in learned} == {"harmlessness"}
-    assert "not a biased head" in learned[0].message and learned[0].evidence["sample_median_shift"] == 0
+    assert "not a biased head" in learned[0].message and learned[0].evidence["sample_quartile_shift"] == 0
     biased = run(False)
     assert biased and biased[0].severity == "orange" and biased[0].key == "helpfulness"

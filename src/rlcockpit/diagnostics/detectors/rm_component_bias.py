@@ -14,8 +14,9 @@ Default thresholds: orange when |z| ≥ ``z_jump`` (6), or when the KS test give
 component does not alarm on tiny wiggles. The reference freezes while the condition holds. The
 samples are pooled as the KS reference from the first step on (not only once the level is judged),
 so a shift at the end of the warm-up meets a clean pool.
-Orange needs the whole distribution to move: when samples carry the component and their median
-moved less than ``median_frac`` (0.5) × their mean's shift, the finding is yellow — a sparse
+Orange needs the whole distribution to move: when samples carry the component and the quartile on
+the far side of the move (the 25th percentile for a rise, the 75th for a fall) moved less than
+``median_frac`` (0.5) × their mean's shift, the finding is yellow — a sparse
 component that the policy learns to earn moves the mean alone (the healthy GRPO runs of seeds
 100–104 raised four oranges when 'harmlessness', 0 on most samples, rose from ~0 to ~0.3), while a
 biased or drifting head shifts every sample.
@@ -63,9 +64,9 @@ class RMComponentBiasConfig(Config):
     ks_p: float = option(1e-6, help="KS p-value below which the component's sample distribution "
                          "shifted.", range=(0.0, 1.0))
     ks_d: float = option(0.4, help="Smallest KS statistic D counted as a shift.", range=(0.0, 1.0))
-    median_frac: float = option(0.5, help="Orange only when the samples' median moved at least "
-                                "this fraction of their mean's shift (every sample moved); else "
-                                "yellow.", range=(0.0, 10.0))
+    median_frac: float = option(0.5, help="Orange only when the samples' quartile on the far side "
+                                "of the move shifted at least this fraction of their mean's shift "
+                                "(every sample moved); else yellow.", range=(0.0, 10.0))
     rebase_after: int = option(30, help="Steps of a lasting shift after which it becomes the new "
                                "reference.", range=(1, 100_000))
 
@@ -159,14 +160,14 @@ class RMComponentBias(Detector):
                     "onset_step": self._onset(level, view.step)}
         spread = self._spread_only(name, view)
         if spread is not None:
-            evidence = {**evidence, "sample_mean_shift": spread[0], "sample_median_shift": spread[1]}
+            evidence = {**evidence, "sample_mean_shift": spread[0], "sample_quartile_shift": spread[1]}
             return Condition(
                 "yellow", f"reward component {name!r} {direction} alone: mean {now:.3g} vs "
-                f"{level.median:.3g} (z {z:+.1f}), but its typical sample did not move (median "
-                f"shift {spread[1]:+.3g} vs mean shift {spread[0]:+.3g}): more or fewer samples "
+                f"{level.median:.3g} (z {z:+.1f}), but its far quartile did not move (shift "
+                f"{spread[1]:+.3g} vs mean shift {spread[0]:+.3g}): more or fewer samples "
                 "score on it — a skill learned or lost, not a biased head", evidence, key=name,
                 message_zh=f"奖励分量 {name} 单独{'上升' if direction == 'rose' else '下降'}："
-                f"均值 {now:.3g}（此前 {level.median:.3g}），但样本中位数未变：更像是能力变化，"
+                f"均值 {now:.3g}（此前 {level.median:.3g}），但样本分布的另一侧未变：更像是能力变化，"
                 "而非奖励头偏置")
         return Condition(
             "orange", f"reward component {name!r} {direction} alone: mean {now:.3g} vs "
@@ -175,21 +176,26 @@ class RMComponentBias(Detector):
             f"均值 {now:.3g}（此前 {level.median:.3g}），其他分量未变")
 
     def _spread_only(self, name: str, view: StepView) -> tuple[float, float] | None:
-        """(mean shift, median shift) of this step's component values against the reference pool
-        when the median moved less than ``median_frac`` × the mean: a biased or drifting head moves
-        every sample (the median with the mean); a sparse component the policy learns to earn
-        (GRPO 'harmlessness': 0 on most samples, 1 on a growing few) moves only the mean. None
-        when the median moved too, or without samples."""
+        """(mean shift, quantile shift) of this step's component values against the reference pool
+        when the quantile on the far side of the move (the 25th percentile for a rise, the 75th for
+        a fall) moved less than ``median_frac`` × the mean: a biased or drifting head moves every
+        sample, that quantile with the mean; a sparse component the policy learns to earn (GRPO
+        'harmlessness': 0 on most samples, 1 on a growing few) moves the top share only. The median
+        was used first and flipped when about half of one step's samples scored (healthy GRPO seed
+        201, after the evaluation at 557f6b9). None when that quantile moved too, or without
+        samples."""
         values = _component_values(view, name)
         part = self._parts[name]
         if values.size < 8 or not part.pool:
             return None
         reference = np.concatenate(list(part.pool))
         mean_shift = float(values.mean() - reference.mean())
-        median_shift = float(np.median(values) - np.median(reference))
-        if abs(median_shift) >= self.config.median_frac * abs(mean_shift):
+        # the far side of the move: a rise must lift the low quantile, a fall lower the high one
+        q = 0.25 if mean_shift > 0 else 0.75
+        quartile_shift = float(np.quantile(values, q) - np.quantile(reference, q))
+        if abs(quartile_shift) >= self.config.median_frac * abs(mean_shift):
             return None
-        return mean_shift, median_shift
+        return mean_shift, quartile_shift
 
     def _onset(self, level: Lagged, step: int) -> int:
         floor = self.config.z_others * level.scale(1e-9)
