@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -211,3 +212,12 @@ def fmt(value: float | None, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     return f"{value:,.{digits}f}"
+
+
+def load_example(filename: str):
+    """An example script of examples/ imported as a module (its functions, without running main)."""
+    path = Path(__file__).resolve().parents[1] / "examples" / filename
+    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

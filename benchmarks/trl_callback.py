@@ -22,7 +22,6 @@ Last stdout line: one JSON object.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -30,7 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import load_example  # noqa: E402
+
 TARGET = 0.01
 STEP_HOOKS = ("on_step_end", "on_log", "on_save")  # per step; opening and closing the run are set-up
 
@@ -46,13 +47,6 @@ def parse_args() -> argparse.Namespace:
     if args.steps < 3 or args.rounds < 1:
         p.error("--steps must be >= 3 and --rounds >= 1")
     return args
-
-
-def example():
-    spec = importlib.util.spec_from_file_location("trl_grpo_example", ROOT / "examples" / "trl_grpo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class Clock:
@@ -115,7 +109,7 @@ def one_run(ex, steps: int, cockpit: bool, tmp: Path) -> tuple[list[float], floa
 
 def main() -> int:
     args = parse_args()
-    ex = example()
+    ex = load_example("trl_grpo.py")
     off: list[float] = []
     on: list[float] = []
     inside = detectors = on_total = 0.0

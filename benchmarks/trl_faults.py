@@ -23,13 +23,14 @@ Last stdout line: one JSON object.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import load_example  # noqa: E402
+
 FAULTS = ("lr_spike", "entropy_collapse", "kl_coef_zero_with_hackable_reward")
 
 
@@ -50,13 +51,6 @@ def parse_args() -> argparse.Namespace:
     if not 1 <= args.onset < args.steps:
         p.error("--onset must be in [1, --steps)")
     return args
-
-
-def example():
-    spec = importlib.util.spec_from_file_location("trl_grpo_example", ROOT / "examples" / "trl_grpo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def hackable(reward_fn, onset: int, bonus: float = 3.0):
@@ -115,7 +109,7 @@ def main() -> int:
     from rlcockpit import faults as catalog
 
     args = parse_args()
-    ex = example()
+    ex = load_example("trl_grpo.py")
     with tempfile.TemporaryDirectory(prefix="trl-faults-") as tmp:
         healthy = one_run(ex, args, None, Path(tmp) / "healthy")
         results = {}
