@@ -29,10 +29,9 @@ import urllib.request
 from datetime import UTC, datetime
 from typing import Any
 
-from rlcockpit.records import FindingRecord
+from rlcockpit.records import SEVERITIES, FindingRecord
 
 log = logging.getLogger("rlcockpit.integrations.alertmanager")
-SEVERITY_ORDER = ("info", "yellow", "orange", "red", "black")
 _STOP = object()
 
 # detector -> (rl_phase, rl_component) of what it watches; others: ("diagnose", "trainer")
@@ -91,13 +90,13 @@ class AlertmanagerSink:
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"Alertmanager URL {url!r} is not http(s); give its base URL, e.g. "
                               "http://127.0.0.1:9093", details={"key": "ops.alertmanager_url", "value": url})
-        if min_severity not in SEVERITY_ORDER:
-            raise ConfigError(f"min_severity {min_severity!r} is not one of {SEVERITY_ORDER}",
+        if min_severity not in SEVERITIES:
+            raise ConfigError(f"min_severity {min_severity!r} is not one of {SEVERITIES}",
                               details={"key": "ops.alertmanager_min_severity", "value": min_severity})
         self.endpoint = url.rstrip("/") + "/api/v2/alerts"
         self._run_id = run_id if callable(run_id) else (lambda: run_id)
         self.project = project
-        self.min_rank = SEVERITY_ORDER.index(min_severity)
+        self.min_rank = SEVERITIES.index(min_severity)
         self.cockpit_url = cockpit_url
         self.resolve_after_s = resolve_after_s
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
@@ -110,7 +109,7 @@ class AlertmanagerSink:
         """Queue one finding (below ``min_severity``: ignored). Never raises. ``run`` / ``project``
         override the sink's own (the server forwards findings of many runs)."""
         try:
-            if f.severity not in SEVERITY_ORDER or SEVERITY_ORDER.index(f.severity) < self.min_rank:
+            if f.severity not in SEVERITIES or SEVERITIES.index(f.severity) < self.min_rank:
                 return False
             alert = alert_for(f, run_id=run if run is not None else self._run_id(),
                               project=self.project if project is None else project,
