@@ -83,7 +83,7 @@ class ClickHouseReader:
     def get_run(self, run_id: str) -> RunInfo:
         found = self._runs(f"WHERE run_id = {lit(run_id)}")
         if not found:
-            raise _run_not_found(run_id)
+            raise rows.run_not_found(run_id)
         return self._run_info(found[0])
 
     def _run_info(self, row: tuple) -> RunInfo:
@@ -179,7 +179,7 @@ class ClickHouseReader:
         if max_points is not None:
             steps = [r[0] for r in self._q(f"SELECT step FROM {self._db}.histograms "
                                            f"WHERE {where} ORDER BY step")]
-            steps = _evenly_spaced(steps, max_points)
+            steps = rows.evenly_spaced(steps, max_points)
             where += f" AND step IN ({', '.join(str(s) for s in steps) or 'NULL'})"
         found = self._q(f"SELECT step, wall_time, edges, counts FROM {self._db}.histograms "
                         f"WHERE {where} ORDER BY step")
@@ -322,7 +322,7 @@ class ClickHouseReader:
             return
         shown = seconds if limit_s is None else limit_s
         if seconds <= 0:
-            raise _timeout(shown)
+            raise rows.query_timeout(shown)
         previous = getattr(self._local, "deadline", None)
         self._local.deadline = (time.monotonic() + seconds, shown)
         try:
@@ -341,12 +341,12 @@ class ClickHouseReader:
         if deadline is not None:
             left = deadline[0] - time.monotonic()
             if left <= 0:
-                raise _timeout(deadline[1])
+                raise rows.query_timeout(deadline[1])
             settings["max_execution_time"] = max(left, 0.001)
         try:
             return self._t.query(sql, settings or None)
         except QueryTimeoutError:
-            raise _timeout(deadline[1] if deadline else 0.0) from None
+            raise rows.query_timeout(deadline[1] if deadline else 0.0) from None
 
     def _tail(self, table: str, id_col: str, cols: str, where: str, limit: int | None
               ) -> list[tuple]:
@@ -369,31 +369,9 @@ class ClickHouseReader:
             return
         if not self._q(f"SELECT count() FROM {self._db}.runs WHERE run_id = {lit(run_id)}"
                        )[0][0]:
-            raise _run_not_found(run_id)
+            raise rows.run_not_found(run_id)
         self._known_runs.add(run_id)
 
 
 def _bounds(step_min: int | None, step_max: int | None) -> tuple[int, int]:
     return (-_BIG if step_min is None else int(step_min), _BIG if step_max is None else int(step_max))
-
-
-def _evenly_spaced(items: list, n: int) -> list:
-    if n < 2:
-        raise StoreError(f"max_points={n} must be at least 2", details={"max_points": n})
-    if len(items) <= n:
-        return items
-    last = len(items) - 1
-    return [items[round(i * last / (n - 1))] for i in range(n)]
-
-
-def _timeout(seconds: float) -> QueryTimeoutError:
-    return QueryTimeoutError(f"the query ran past its time limit of {seconds:g} s and was stopped; "
-                             "ask for a narrower step range, fewer points or a more selective "
-                             "filter (or raise the server's query_timeout_s)",
-                             details={"limit_s": seconds})
-
-
-def _run_not_found(run_id: str) -> NotFoundError:
-    return NotFoundError(f"run {run_id!r} is not in this store (list runs with `rlcockpit runs "
-                         "--store URI`)", details={"run_id": run_id})
-

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from rlcockpit.errors import NotFoundError, QueryTimeoutError, StoreError
+from rlcockpit.errors import NotFoundError, StoreError
 from rlcockpit.records import (
     CheckpointRecord,
     EventRecord,
@@ -65,7 +65,7 @@ class SqliteReader:
     def get_run(self, run_id: str) -> RunInfo:
         found = self._q(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
         if not found:
-            raise _run_not_found(run_id)
+            raise rows.run_not_found(run_id)
         return self._run_info(found[0])
 
     def metric_names(self, run_id: str) -> list[str]:
@@ -144,7 +144,7 @@ class SqliteReader:
         if max_points is not None:
             steps = [r[0] for r in self._q(f"SELECT step FROM histograms WHERE {where} "
                                            "ORDER BY step", args)]
-            steps = _evenly_spaced(steps, max_points)
+            steps = rows.evenly_spaced(steps, max_points)
             where += f" AND step IN ({', '.join('?' * len(steps))})"
             args += tuple(steps)
         found = self._q(f"SELECT step, wall_time, edges, counts FROM histograms WHERE {where} "
@@ -327,7 +327,7 @@ class SqliteReader:
             return
         shown = seconds if limit_s is None else limit_s
         if seconds <= 0:
-            raise _timeout(shown)
+            raise rows.query_timeout(shown)
         conn = self._conn()
         previous = getattr(self._local, "deadline", None)
         self._local.deadline = time.monotonic() + seconds
@@ -400,7 +400,7 @@ class SqliteReader:
     def _run_key(self, run_id: str) -> int:
         found = self._q("SELECT run_key FROM runs WHERE run_id = ?", (run_id,))
         if not found:
-            raise _run_not_found(run_id)
+            raise rows.run_not_found(run_id)
         return int(found[0][0])
 
     def _run_info(self, row: tuple) -> RunInfo:
@@ -423,7 +423,7 @@ class SqliteReader:
             return fn()
         except sqlite3.Error as exc:
             if isinstance(exc, sqlite3.OperationalError) and self._past_deadline():
-                raise _timeout(self._local.limit_s) from exc
+                raise rows.query_timeout(self._local.limit_s) from exc
             raise StoreError(f"sqlite store query failed: {exc}",
                              details={"sqlite_error": type(exc).__name__}) from exc
 
@@ -437,24 +437,3 @@ def _unfiltered(q: SampleQuery) -> bool:
     return (q.step_min is None and q.step_max is None and q.category is None
             and q.reward_min is None and q.reward_max is None and not q.flags
             and q.prompt_id is None and not q.text and q.has_token_arrays is None)
-
-
-def _evenly_spaced(items: list, n: int) -> list:
-    if n < 2:
-        raise StoreError(f"max_points={n} must be at least 2", details={"max_points": n})
-    if len(items) <= n:
-        return items
-    last = len(items) - 1
-    return [items[round(i * last / (n - 1))] for i in range(n)]
-
-
-def _timeout(seconds: float) -> QueryTimeoutError:
-    return QueryTimeoutError(f"the query ran past its time limit of {seconds:g} s and was stopped; "
-                             "ask for a narrower step range, fewer points or a more selective "
-                             "filter (or raise the server's query_timeout_s)",
-                             details={"limit_s": seconds})
-
-
-def _run_not_found(run_id: str) -> NotFoundError:
-    return NotFoundError(f"run {run_id!r} is not in this store (list runs with `rlcockpit runs "
-                         "--store URI`)", details={"run_id": run_id})

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from rlcockpit.errors import NotFoundError, QueryTimeoutError, StoreError
 from rlcockpit.records import (
     CheckpointRecord,
     EventRecord,
@@ -170,3 +171,25 @@ def checkpoint_from_row(row: tuple) -> CheckpointRecord:
 
 def config_json(config: Mapping[str, Any]) -> str:
     return dumps(dict(config))
+
+
+def evenly_spaced(items: list, n: int) -> list:
+    """At most ``n`` items, evenly spaced, first and last kept (both readers' point budget)."""
+    if n < 2:
+        raise StoreError(f"max_points={n} must be at least 2", details={"max_points": n})
+    if len(items) <= n:
+        return items
+    last = len(items) - 1
+    return [items[round(i * last / (n - 1))] for i in range(n)]
+
+
+def query_timeout(seconds: float) -> QueryTimeoutError:
+    return QueryTimeoutError(f"the query ran past its time limit of {seconds:g} s and was stopped; "
+                             "ask for a narrower step range, fewer points or a more selective "
+                             "filter (or raise the server's query_timeout_s)",
+                             details={"limit_s": seconds})
+
+
+def run_not_found(run_id: str) -> NotFoundError:
+    return NotFoundError(f"run {run_id!r} is not in this store (list runs with `rlcockpit runs "
+                         "--store URI`)", details={"run_id": run_id})
