@@ -162,7 +162,7 @@ class BaselineDetector(Detector):
         label, label_zh = _LABELS[m], _LABELS_ZH[m]
         times = f"{ratio:.3g}×" if math.isfinite(ratio) else "far"
         msg = (f"{label} ({m}) {value:.3g} is {times} {side} the baseline run {base.label} "
-               f"({lo:.3g}–{hi:.3g} at steps {step - cfg.window}–{step + cfg.window})")
+               f"({lo:.3g}–{hi:.3g} at steps {max(step - cfg.window, 0)}–{step + cfg.window})")
         msg_zh = (f"{label_zh}（{m}）{value:.3g}，{'高于' if side == 'above' else '低于'}基线运行 "
                   f"{base.label} 同期范围（{lo:.3g}–{hi:.3g}）{times}")
         ev = {"metric": m, "value": value, "baseline_min": lo, "baseline_max": hi,
