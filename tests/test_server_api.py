@@ -64,6 +64,27 @@ def test_run_summary(client):
     assert body["dropped_total"] == 0
 
 
+def test_run_summary_gives_catalog_units_for_axis_titles(client):
+    units = ok(client, f"/api/runs/{RUN}")["metric_units"]
+    assert units and all(isinstance(u, str) and u for u in units.values())
+    assert set(units) <= set(ok(client, f"/api/runs/{RUN}")["metric_names"])
+
+
+def test_project_layout_round_trips_and_refuses_bad_documents(client):
+    assert ok(client, "/api/projects/p9/layout") == {"project": "p9", "layout": None, "updated_at": None,
+                                                     "updated_by": None}
+    panels = {"panels": [{"title": "KL", "metrics": ["kl/mean", "kl/coef"], "runs": [RUN, OTHER]}]}
+    saved = client.put("/api/projects/p9/layout", json=panels)
+    assert saved.status_code == 200 and saved.json()["layout"] == panels
+    assert ok(client, "/api/projects/p9/layout")["layout"] == panels
+    assert ok(client, "/api/projects/other/layout")["layout"] is None
+    for bad in ({"panels": "x"}, {"panels": [1]}, {"panels": [{"metrics": "kl/mean"}]},
+                {"panels": [{"metrics": ["x" * 70000]}]}):
+        r = client.put("/api/projects/p9/layout", json=bad)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_parameter", (bad, r.text)
+    assert ok(client, "/api/projects/p9/layout")["layout"] == panels
+
+
 def test_series_wildcards_and_nan_as_null(client):
     body = ok(client, f"/api/runs/{RUN}/series?names=reward/category/*,kl/mean,missing/x"
                       "&max_points=1000")

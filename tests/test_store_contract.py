@@ -525,6 +525,23 @@ def test_events_findings_phases_checkpoints_and_summary(store):
     assert summary.dropped_total == 0
 
 
+def test_layouts_round_trip_per_project_and_the_newest_save_wins(store):
+    layouts = store.layouts()
+    assert layouts.get("proj") is None
+    first = layouts.put("proj", {"panels": [{"id": "p1", "metrics": ["kl/mean"], "runs": [RUN]}]}, by="ann")
+    layouts.put("other", {"panels": []})
+    assert layouts.get("proj").layout == first.layout and layouts.get("proj").updated_by == "ann"
+    time.sleep(0.01)
+    layouts.put("proj", {"panels": [], "folded": ["sys"]}, by="bob")
+    got = layouts.get("proj")
+    assert (got.layout, got.updated_by) == ({"panels": [], "folded": ["sys"]}, "bob")
+    assert layouts.get("other").layout == {"panels": []}
+    with pytest.raises(StoreError, match="JSON object"):
+        layouts.put("proj", ["not", "an", "object"])
+    with pytest.raises(StoreError, match="at most"):
+        layouts.put("proj", {"panels": ["x" * 70000]})
+
+
 def test_a_failed_batch_writes_nothing(store):
     writer, reader = store.writer(), store.reader()
     writer.create_run(RunInfo(run_id="atomic", project="p", name="a"))

@@ -22,14 +22,14 @@ from rlcockpit.server import handlers, workers
 from rlcockpit.server.deps import Reader, require_viewer
 from rlcockpit.server.guard import Guard
 from rlcockpit.server.responses import json_response
-from rlcockpit.server.routes import cost, diagnostics, library, live, runs, samples
+from rlcockpit.server.routes import cost, diagnostics, layouts, library, live, runs, samples
 from rlcockpit.server.settings import ServerSettings
 from rlcockpit.server.stream import SharedReads
 
 BUNDLED_STATIC = Path(__file__).parent / "static"
 MetricsHook = Callable[[Any], tuple[bytes, str]]
 READ_ROUTERS = (runs.router, samples.router, diagnostics.router, library.router, live.router,
-                cost.router)
+                cost.router, layouts.router)
 
 
 def create_app(settings: ServerSettings, store: Any = None, *, access: Any = None,

@@ -113,7 +113,16 @@ V3_METRIC_ROLLUPS = (
     "GROUP BY run_id, name, size, bucket",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (V1_CORE, V2_SAMPLE_INDICES, V3_METRIC_ROLLUPS)
+# saved dashboard layouts, one JSON document per project (store/layouts.py): every save is a row,
+# the newest wins (argMax); no deduplication window, so saving the same layout twice is kept
+V4_LAYOUTS = (
+    "CREATE TABLE IF NOT EXISTS {db}.layouts (project String, layout String CODEC(ZSTD(3)), "
+    "updated_at Float64, updated_by String) ENGINE = ReplacingMergeTree(updated_at) "
+    "ORDER BY project",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (V1_CORE, V2_SAMPLE_INDICES, V3_METRIC_ROLLUPS,
+                                           V4_LAYOUTS)
 SCHEMA_VERSION = len(MIGRATIONS)
 TOKEN_ARRAY_COLUMNS = ("tokens", "logprobs", "ref_logprobs", "token_kl")
 

@@ -66,6 +66,12 @@ class ClickHouseStore:
         return ClickHouseReader(self._transport.share(), stale_after_s=self.stale_after_s,
                                 close_transport=True)
 
+    def layouts(self):
+        """Saved dashboard layouts, one per project (store/layouts.py)."""
+        from rlcockpit.store.layouts import ClickHouseLayouts
+
+        return ClickHouseLayouts(self._transport, read_only=self.read_only)
+
     def control(self):
         """The control plane: a SQLite control store beside the ClickHouse data
         (docs/store.md, "Control plane on ClickHouse")."""

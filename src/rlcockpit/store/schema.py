@@ -193,8 +193,18 @@ def _v5_control(conn: sqlite3.Connection) -> None:
     """)
 
 
+def _v6_layouts(conn: sqlite3.Connection) -> None:
+    """Saved dashboard layouts, one JSON document per project (store/layouts.py, docs/ui.md)."""
+    _run_script(conn, """
+    CREATE TABLE layouts (
+        project TEXT PRIMARY KEY, layout TEXT NOT NULL, updated_at REAL NOT NULL,
+        updated_by TEXT NOT NULL
+    )
+    """)
+
+
 MIGRATIONS: tuple[Migration, ...] = (_v1_core, _v2_query_indices, _v3_metric_rollups,
-                                     _v4_incidents, _v5_control)
+                                     _v4_incidents, _v5_control, _v6_layouts)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -81,6 +81,12 @@ class SqliteStore:
 
         return SqliteControlStore(self._connect)
 
+    def layouts(self):
+        """Saved dashboard layouts, one per project (store/layouts.py)."""
+        from rlcockpit.store.layouts import SqliteLayouts
+
+        return SqliteLayouts(self._connect, read_only=self.read_only)
+
     def _refuse_if_read_only(self, what: str) -> None:
         if self.read_only:
             raise StoreError(f"{self.path} was opened read-only; cannot {what}",

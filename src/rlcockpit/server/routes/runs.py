@@ -48,7 +48,16 @@ def run_summary(run: str, reader: Reader) -> SafeJSONResponse:
         "run": to_dict(s.run), "steps": s.steps, "first_step": s.first_step,
         "last_step": s.last_step, "metric_names": list(s.metric_names),
         "histogram_names": reader.histogram_names(run), "samples": s.samples,
-        "findings_by_severity": s.findings_by_severity, "dropped_total": s.dropped_total})
+        "findings_by_severity": s.findings_by_severity, "dropped_total": s.dropped_total,
+        "metric_units": metric_units(s.metric_names)})
+
+
+def metric_units(names) -> dict[str, str]:
+    """The catalog unit of each name that has one (docs/metrics.md): the charts' axis titles."""
+    from rlcockpit.metrics.catalog import spec_for
+
+    found = {n: spec_for(n) for n in names}
+    return {n: spec.unit for n, spec in found.items() if spec is not None and spec.unit}
 
 
 @router.get("/runs/{run}/series", summary="Metric curves, downsampled on the server (every "

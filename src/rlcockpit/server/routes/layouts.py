@@ -1,0 +1,69 @@
+"""A project's saved dashboard layout (docs/ui.md, "Panels"): the panels users added (any metrics,
+any runs) and the sections they folded. Any reader may save it — a layout changes what the
+project's dashboards show, never a run — and the saver's name is kept with it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Request
+
+from rlcockpit.errors import StoreError
+from rlcockpit.server.deps import require_viewer
+from rlcockpit.server.handlers import ParameterError
+from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
+from rlcockpit.store.layouts import Layout, encode
+
+router = APIRouter(prefix="/api", tags=["layouts"], dependencies=[Depends(require_viewer)],
+                   default_response_class=SafeJSONResponse,
+                   responses=error_responses(*READ_ERRORS))
+
+MAX_PANELS = 200
+_NAMES = {"type": "array", "items": {"type": "string"}}
+PANEL = {"type": "object", "properties": {"id": {"type": "string"}, "title": {"type": "string"},
+                                          "metrics": _NAMES, "runs": _NAMES, "log": {"type": "boolean"}}}
+LAYOUT_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "properties": {"panels": {"type": "array", "maxItems": MAX_PANELS, "items": PANEL},
+                                     "folded": _NAMES},
+    "description": "the layout document (at most 64 KiB of JSON)"}}}}}
+
+
+def _public(layout: Layout | None, project: str) -> dict[str, Any]:
+    if layout is None:
+        return {"project": project, "layout": None, "updated_at": None, "updated_by": None}
+    return {"project": project, "layout": layout.layout, "updated_at": layout.updated_at,
+            "updated_by": layout.updated_by}
+
+
+@router.get("/projects/{project}/layout", summary="The project's saved dashboard layout "
+                                                  "(null when none was saved)")
+def get_layout(project: str, request: Request) -> SafeJSONResponse:
+    return json_response(_public(request.app.state.store.layouts().get(project), project))
+
+
+@router.put("/projects/{project}/layout", summary="Save the project's dashboard layout "
+                                                  "({\"panels\": [...], \"folded\": [...]})",
+            openapi_extra=LAYOUT_BODY)
+def put_layout(project: str, request: Request,
+               payload: Annotated[dict[str, Any], Body(description="the layout document")]
+               ) -> SafeJSONResponse:
+    check_layout(payload)
+    who = getattr(request.state, "principal", None)
+    saved = request.app.state.store.layouts().put(project, payload, by=getattr(who, "name", "") or "")
+    return json_response(_public(saved, project))
+
+
+def check_layout(payload: dict[str, Any]) -> None:
+    """``panels`` is a list of objects each with a list of metric names; the document must be
+    JSON without NaN and within the store's size limit."""
+    panels = payload.get("panels", [])
+    if not isinstance(panels, list) or len(panels) > MAX_PANELS:
+        raise ParameterError("panels", type(panels).__name__, f"give a list of at most {MAX_PANELS} panels")
+    for panel in panels:
+        if not isinstance(panel, dict) or not isinstance(panel.get("metrics", []), list):
+            raise ParameterError("panels", str(panel)[:80], "each panel is an object with a list of metrics, "
+                                 'e.g. {"title": "KL", "metrics": ["kl/mean"], "runs": []}')
+    try:
+        encode(payload)
+    except (StoreError, ValueError) as exc:
+        raise ParameterError("layout", "…", str(exc)) from exc
