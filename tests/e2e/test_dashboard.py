@@ -94,16 +94,25 @@ def test_clicking_a_reward_point_opens_that_steps_samples(fixture_store, serve, 
 
 
 TOOLTIP = """(id) => [...document.querySelectorAll(`#chart-${id} div`)]
-    .filter((d) => d.style.position === "absolute" && d.style.display !== "none" && d.innerText)
+    .filter((d) => d.style.position === "absolute" && d.style.display !== "none" && d.style.visibility !== "hidden"
+        && d.style.opacity !== "0" && d.innerText)
     .map((d) => d.innerText).join("|")"""
 
 
 def test_zoom_and_tooltip_are_linked_and_annotations_mark_steps(fixture_store, serve, page):
     x, y = reward_point_on_dashboard(fixture_store, serve, page, 17)
     page.mouse.move(x, y)
-    # hovering one chart shows every step chart's values at that step (shared tooltip)
-    wait_for(lambda: page.evaluate(TOOLTIP, "kl").startswith("step 17"), what="the KL chart's tooltip")
-    assert "moving avg (10)" in page.evaluate(TOOLTIP, "kl") and page.evaluate(TOOLTIP, "grad").startswith("step 17")
+    # one tooltip: the hovered chart's; the other step charts show only the synced crosshair
+    wait_for(lambda: page.evaluate(TOOLTIP, "reward").startswith("step 17"), what="the reward chart's tooltip")
+    assert page.evaluate(TOOLTIP, "kl") == "" and page.evaluate(TOOLTIP, "grad") == ""
+    pointer = "(id) => window.rlcockpit.dashboard.charts[id].chart.getModel().getComponent('axisPointer')"
+    assert page.evaluate(pointer, "kl") is not None
+    kl = page.evaluate("() => window.rlcockpit.dashboard.charts.kl.pixelOf(17)")
+    box = page.locator("#chart-kl").bounding_box()
+    page.mouse.move(box["x"] + kl["x"], box["y"] + kl["y"])
+    wait_for(lambda: page.evaluate(TOOLTIP, "kl").startswith("step 17"), what="the KL chart's own tooltip")
+    assert "moving avg (10)" in page.evaluate(TOOLTIP, "kl")
+    wait_for(lambda: page.evaluate(TOOLTIP, "reward") == "", what="the reward chart's tooltip to hide")
     page.mouse.move(5, 5)
     page.evaluate("""() => window.rlcockpit.dashboard.charts.reward.chart.dispatchAction(
         {type: "dataZoom", start: 50, end: 100})""")

@@ -1,6 +1,7 @@
 // ECharts helpers: line charts of step series that grow live, histogram-over-time heatmaps, and the
 // annotation registry of the extension API (charts.annotate). `echarts` is the vendored global.
 import { t } from "./i18n.js";
+import { ema } from "./stats.js";
 import { fmt } from "./ui.js";
 
 export const GROUP = "rlcockpit-dashboard";
@@ -48,28 +49,98 @@ function baseChart(el) {
   return { chart, dispose: () => { ro.disconnect(); chart.dispose(); } };
 }
 
+// Colours that follow the theme (css/app.css sets them per theme; dark mode flips them).
+function cssVar(name, fallback) {
+  const v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  return v || fallback;
+}
+export function themeColors() {
+  return { ink: cssVar("--ink", "#0f172a"), muted: cssVar("--muted", "#64748b"), grid: cssVar("--chart-grid", "#eef2f7"),
+    panel: cssVar("--panel", "#ffffff") };
+}
 const axisLabel = { fontSize: 10, color: "#64748b" };
 const titleStyle = { fontSize: 13, fontWeight: 600, color: "#0f172a" };
+function styled() {
+  const c = themeColors();
+  return { axisLabel: { ...axisLabel, color: c.muted }, titleStyle: { ...titleStyle, color: c.ink }, c };
+}
 
-// A line chart over the step (or wall-clock) axis. `spec`:
+// "45s", "12m", "1h05m": the relative-time axis (time since the run's first step).
+export function duration(seconds) {
+  if (!Number.isFinite(seconds)) return "";
+  const s = Math.round(Math.abs(seconds));
+  const sign = seconds < 0 ? "-" : "";
+  if (s < 60) return `${sign}${s}s`;
+  if (s < 3600) return `${sign}${Math.floor(s / 60)}m${s % 60 ? String(s % 60).padStart(2, "0") + "s" : ""}`;
+  return `${sign}${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+}
+
+export const X_MODES = ["step", "wall", "rel"];
+const MARKER_GAP_PX = 18; // annotations closer than this on screen collapse into one marker
+
+// Group marks (sorted by pixel) so that no two markers are closer than `gap` pixels.
+export function collapseMarks(placed, gap = MARKER_GAP_PX) {
+  const groups = [];
+  for (const m of [...placed].sort((a, b) => a.px - b.px)) {
+    const last = groups[groups.length - 1];
+    if (last && m.px - last.px < gap) last.marks.push(m);
+    else groups.push({ px: m.px, marks: [m] });
+  }
+  return groups;
+}
+
+function download(name, href) {
+  const a = document.createElement("a");
+  a.href = href;
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+}
+
+function csvCell(v) {
+  if (v === null || v === undefined) return "";
+  const s = String(v);
+  return /[",\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+}
+
+// A line chart over the step, wall-clock or relative-time axis. `spec`:
 //   id, title (already translated), names: metric names it shows (exact or "prefix*"),
 //   lines(data, opts) -> [{label, name (metric), steps, values, color, dashed, width, faint}],
-//   hlines(data) -> [{value, label, color}], primary: metric name whose points count and are clicked.
+//   hlines(data) -> [{value, label, color}], primary: metric name whose points count and are clicked,
+//   ownSmoothing: the spec draws its own EMA from opts.smoothing (the reward chart); other charts
+//   get the generic one: the EMA in full colour, the raw curve faint behind it.
+// opts: {smoothing (0..0.99, TensorBoard's debiased EMA), log (log-scale y), klWindow}.
 export class StepChart {
-  constructor(el, spec, { runId, xMode = "step", group = GROUP, onClickStep } = {}) {
+  constructor(el, spec, { runId, xMode = "step", group = GROUP, onClickStep, units = {} } = {}) {
     this.el = el;
     this.spec = spec;
     this.runId = runId;
-    this.xMode = xMode;
+    this.xMode = X_MODES.includes(xMode) ? xMode : "step";
+    this.units = units;
     this.data = new Map(); // metric name -> {steps, values, walls}
     this.opts = {};
+    this.hovered = false;
+    this.rawSeries = new Set();
     const { chart, dispose } = baseChart(el);
     this.chart = chart;
     this.disposeChart = dispose;
     chart.group = group;
     if (onClickStep) this.bindClick(onClickStep);
+    // one tooltip: only the hovered chart shows its box; the others show the crosshair
+    this.onEnter = () => this.setHovered(true);
+    this.onLeave = () => { if (!this.chart.isDisposed()) this.chart.dispatchAction({ type: "hideTip" }); this.setHovered(false); };
+    el.addEventListener("mouseenter", this.onEnter);
+    el.addEventListener("mouseleave", this.onLeave);
+    chart.on("datazoom", () => this.placeMarkers());
+    chart.on("finished", () => this.markersStale && this.placeMarkers());
     this.unAnn = onAnnotations((id) => id === runId && this.render());
     this.render(); // title and axes at once; the overlay says loading / no data yet
+  }
+
+  setHovered(on) {
+    this.hovered = on;
+    if (!this.chart.isDisposed()) this.chart.setOption({ tooltip: { showContent: on } });
   }
 
   wants(name) {
@@ -116,7 +187,7 @@ export class StepChart {
   }
 
   setXMode(mode) {
-    this.xMode = mode;
+    this.xMode = X_MODES.includes(mode) ? mode : "step";
     this.render();
   }
 
@@ -125,38 +196,81 @@ export class StepChart {
     this.pending = setTimeout(() => { this.pending = null; this.render(); }, 40);
   }
 
+  // the first wall time of the chart's data: zero of the relative-time axis
+  t0() {
+    let t = Infinity;
+    for (const d of this.data.values()) for (const w of d.walls) if (w !== null && w !== undefined) { t = Math.min(t, w); break; }
+    return Number.isFinite(t) ? t : 0;
+  }
+
   x(step, wall) {
-    return this.xMode === "wall" ? (wall ?? 0) * 1000 : step;
+    if (this.xMode === "wall") return (wall ?? 0) * 1000;
+    if (this.xMode === "rel") return (wall ?? this.zero) - this.zero;
+    return step;
   }
 
   xOfStep(step) {
-    if (this.xMode !== "wall") return step;
+    if (this.xMode === "step") return step;
     const d = this.primaryData();
     if (!d) return null;
     const i = d.steps.indexOf(step);
-    return i >= 0 && d.walls[i] ? d.walls[i] * 1000 : null;
+    return i >= 0 && d.walls[i] ? this.x(step, d.walls[i]) : null;
   }
 
-  markLine(hlines) {
-    const vertical = annotations(this.runId).map((m) => ({ xAxis: this.xOfStep(m.step), name: m.label, label: { formatter: m.label, fontSize: 10, color: m.color }, lineStyle: { color: m.color, type: "solid", width: 1.5 } })).filter((m) => m.xAxis !== null);
+  // Vertical annotation lines (no labels: the markers above the plot carry them, collapsed so
+  // they never overlap) within the data's x range, plus the horizontal target / warning lines.
+  markLine(hlines, xRange) {
+    const inRange = (x) => x !== null && (!xRange || (x >= xRange[0] && x <= xRange[1]));
+    const vertical = annotations(this.runId).map((m) => ({ xAxis: this.xOfStep(m.step), name: m.label, label: { show: false },
+      lineStyle: { color: m.color, type: "solid", width: 1.2, opacity: 0.75 } })).filter((m) => inRange(m.xAxis));
     const horizontal = hlines.map((l) => ({ yAxis: l.value, name: l.label, label: { formatter: l.label, position: "insideEndTop", fontSize: 10, color: l.color }, lineStyle: { color: l.color, type: "dashed", width: 1.2 } }));
     return { silent: true, symbol: "none", animation: false, data: [...horizontal, ...vertical] };
   }
 
+  // The drawn lines: the spec's, with the generic EMA (raw faint behind) when smoothing is on.
+  drawnLines() {
+    const lines = this.spec.lines(this.data, this.opts);
+    const s = this.opts.smoothing ?? 0;
+    if (this.spec.ownSmoothing || !(s > 0)) return lines;
+    const out = [];
+    lines.forEach((l, i) => {
+      if (l.faint || l.derived) { out.push(l); return; }
+      const color = l.color || PALETTE[i % PALETTE.length];
+      out.push({ ...l, color, faint: true, raw: true });
+      out.push({ ...l, color, values: ema(l.values, s), rawValues: l.values });
+    });
+    return out;
+  }
+
   render() {
     if (!this.chart || this.chart.isDisposed()) return;
-    const lines = this.spec.lines(this.data, this.opts);
+    this.zero = this.t0();
+    const lines = this.drawnLines();
     const hlines = this.spec.hlines ? this.spec.hlines(this.data, this.opts) : [];
-    const series = lines.map((l, i) => ({
-      type: "line", name: l.label, showSymbol: l.steps.length < 60, symbolSize: 4, sampling: "lttb",
-      lineStyle: { width: l.width ?? 1.6, type: l.dashed ? "dashed" : "solid", opacity: l.faint ? 0.35 : 1 },
-      itemStyle: { color: l.color || PALETTE[i % PALETTE.length], opacity: l.faint ? 0.35 : 1 },
-      data: l.steps.map((s, j) => [this.x(s, l.walls ? l.walls[j] : null), l.values[j], s]),
-      markLine: i === 0 ? this.markLine(hlines) : undefined,
-      z: l.faint ? 1 : 2,
-    }));
+    const log = !!this.opts.log;
+    const yOf = (v) => (log && !(v > 0) ? null : v);
+    let xMin = Infinity;
+    let xMax = -Infinity;
+    const series = lines.map((l, i) => {
+      const data = l.steps.map((s, j) => {
+        const x = this.x(s, l.walls ? l.walls[j] : null);
+        if (x < xMin) xMin = x;
+        if (x > xMax) xMax = x;
+        return [x, yOf(l.values[j]), s, l.rawValues ? l.rawValues[j] : null];
+      });
+      return {
+        type: "line", name: l.label, showSymbol: !l.raw && l.steps.length < 60, symbolSize: 4, sampling: "lttb",
+        lineStyle: { width: l.width ?? 1.6, type: l.dashed ? "dashed" : "solid", opacity: l.faint ? (l.raw ? 0.25 : 0.35) : 1 },
+        itemStyle: { color: l.color || PALETTE[i % PALETTE.length], opacity: l.faint ? 0.35 : 1 },
+        emphasis: { disabled: !!l.raw }, tooltip: l.raw ? { show: false } : undefined,
+        data, z: l.faint ? 1 : 2,
+      };
+    });
+    const xRange = Number.isFinite(xMin) ? [xMin, xMax] : null;
+    this.rawSeries = new Set(series.map((sr, i) => (sr.raw ? i : -1)).filter((i) => i >= 0));
+    if (series.length) series[0].markLine = this.markLine(hlines, xRange);
     const option = this.option(series);
-    if (hlines.length) {
+    if (hlines.length && !log) {
       // keep the target / warning lines in view even when the curve stays below them
       const top = Math.max(...hlines.map((l) => l.value));
       option.yAxis.max = (v) => Math.max(v.max, top + 0.05 * Math.abs(top));
@@ -167,31 +281,133 @@ export class StepChart {
     const primary = this.primaryData();
     this.el.dataset.points = String(primary ? primary.steps.length : 0);
     this.el.dataset.lastStep = String(this.lastStep());
+    this.el.dataset.xMode = this.xMode;
+    this.xRange = xRange;
+    this.markersStale = true;
+    this.placeMarkers();
+  }
+
+  unit() {
+    const name = this.spec.primary || [...this.data.keys()][0] || this.spec.names[0];
+    return this.spec.unit ?? this.units[name] ?? "";
+  }
+
+  xAxisOption(st) {
+    const mode = this.xMode;
+    const base = { min: "dataMin", max: "dataMax", axisLabel: st.axisLabel, nameLocation: "middle", nameGap: 20,
+      nameTextStyle: { fontSize: 10, color: st.c.muted } };
+    if (mode === "wall") return { ...base, type: "time", name: t("axis.wall") };
+    if (mode === "rel") return { ...base, type: "value", name: t("axis.rel"), axisLabel: { ...st.axisLabel, formatter: (v) => duration(v) } };
+    // integer step ticks: a zoomed axis never shows step 12.4
+    return { ...base, type: "value", name: t("axis.step"), minInterval: 1,
+      axisLabel: { ...st.axisLabel, formatter: (v) => (Number.isInteger(v) ? String(v) : "") } };
   }
 
   option(series) {
-    const wall = this.xMode === "wall";
+    const st = styled();
+    const unit = this.unit();
     return {
       animation: false,
-      title: { text: this.spec.title, left: 8, top: 4, textStyle: titleStyle },
-      legend: { top: 24, left: 8, type: "scroll", itemWidth: 14, itemHeight: 8, textStyle: { fontSize: 10 } },
-      tooltip: { trigger: "axis", confine: true, formatter: (ps) => this.tooltip(ps) },
+      title: { text: this.spec.title, left: 8, top: 4, textStyle: st.titleStyle },
+      legend: { top: 24, left: 8, right: 8, type: "scroll", itemWidth: 14, itemHeight: 8, textStyle: { fontSize: 10, color: st.c.muted },
+        data: [...new Set(series.map((s) => s.name))] },
+      tooltip: { trigger: "axis", confine: true, showContent: this.hovered, formatter: (ps) => this.tooltip(ps) },
       axisPointer: { link: [{ xAxisIndex: "all" }] },
-      grid: { left: 52, right: 18, top: 58, bottom: 26 },
-      xAxis: { type: wall ? "time" : "value", min: "dataMin", max: "dataMax", axisLabel },
-      yAxis: { type: "value", scale: true, axisLabel, splitLine: { lineStyle: { color: "#eef2f7" } } },
+      grid: { left: 56, right: 18, top: 60, bottom: 36 },
+      xAxis: this.xAxisOption(st),
+      yAxis: { type: this.opts.log ? "log" : "value", scale: true, axisLabel: st.axisLabel, name: unit, nameGap: 8,
+        nameTextStyle: { fontSize: 10, color: st.c.muted, align: "left" }, splitLine: { lineStyle: { color: st.c.grid } } },
       dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }],
       series,
     };
   }
 
-  // "step 17" (and the time in wall-clock mode), then each line's value at that step.
+  // "step 17" (and the time in the time modes), then each line's value at that step.
   tooltip(params) {
-    const ps = (Array.isArray(params) ? params : [params]).filter((p) => Array.isArray(p.data));
+    const ps = (Array.isArray(params) ? params : [params]).filter((p) => Array.isArray(p.data) && !this.rawSeries.has(p.seriesIndex));
     if (!ps.length) return "";
     const [x, , step] = ps[0].data;
-    const head = this.xMode === "wall" ? `${new Date(x).toLocaleString()} · ${t("axis.step")} ${step}` : `${t("axis.step")} ${step}`;
-    return escapeHtml(head) + ps.map((p) => `<br>${p.marker}${escapeHtml(p.seriesName)} <b>${escapeHtml(fmt(p.data[1], 4))}</b>`).join("");
+    let head = `${t("axis.step")} ${step}`;
+    if (this.xMode === "wall") head = `${new Date(x).toLocaleString()} · ${head}`;
+    if (this.xMode === "rel") head = `${duration(x)} · ${head}`;
+    return escapeHtml(head) + ps.map((p) => {
+      const raw = p.data[3];
+      const rawText = raw === null || raw === undefined ? "" : ` <span style="opacity:.7">(${escapeHtml(t("line.raw"))} ${escapeHtml(fmt(raw, 4))})</span>`;
+      return `<br>${p.marker}${escapeHtml(p.seriesName)} <b>${escapeHtml(fmt(p.data[1], 4))}</b>${rawText}`;
+    }).join("");
+  }
+
+  // Annotation markers above the plot: marks closer than MARKER_GAP_PX collapse into one marker
+  // (its count; hovering lists every mark); marks outside the visible x range are not shown.
+  placeMarkers() {
+    this.markersStale = false;
+    const box = this.el.parentNode;
+    if (!box || this.chart.isDisposed()) return;
+    let layer = box.querySelector(":scope > .ann-layer");
+    const marks = annotations(this.runId);
+    if (!marks.length) { if (layer) layer.remove(); return; }
+    if (!layer) { layer = document.createElement("div"); layer.className = "ann-layer"; box.append(layer); }
+    layer.replaceChildren();
+    const left = 56;
+    const right = this.el.clientWidth - 18;
+    const placed = [];
+    for (const m of marks) {
+      const x = this.xOfStep(m.step);
+      if (x === null || (this.xRange && (x < this.xRange[0] || x > this.xRange[1]))) continue;
+      let px;
+      try { px = this.chart.convertToPixel({ xAxisIndex: 0 }, x); } catch { px = null; }
+      if (!Number.isFinite(px) || px < left - 1 || px > right + 1) continue;
+      placed.push({ ...m, px });
+    }
+    for (const g of collapseMarks(placed)) {
+      const text = g.marks.map((m) => `${t("axis.step")} ${m.step}: ${m.label}`).join("\n");
+      const marker = document.createElement("span");
+      marker.className = `ann-marker${g.marks.length > 1 ? " many" : ""}`;
+      marker.style.left = `${g.px}px`;
+      marker.style.borderColor = g.marks[0].color;
+      marker.textContent = g.marks.length > 1 ? String(g.marks.length) : "◆";
+      marker.title = text;
+      marker.dataset.count = String(g.marks.length);
+      const pop = document.createElement("span");
+      pop.className = "ann-pop";
+      pop.textContent = text;
+      marker.append(pop);
+      layer.append(marker);
+    }
+  }
+
+  // The chart's curves as CSV: one row per step, a column per drawn line (raw and smoothed).
+  csv() {
+    const lines = this.drawnLines().filter((l) => !l.raw);
+    const steps = [...new Set(lines.flatMap((l) => l.steps))].sort((a, b) => a - b);
+    const walls = new Map();
+    const cols = lines.map((l) => {
+      const m = new Map();
+      l.steps.forEach((s, j) => { m.set(s, l.values[j]); if (l.walls && l.walls[j] !== null) walls.set(s, l.walls[j]); });
+      return m;
+    });
+    const rawCols = lines.map((l) => (l.rawValues ? new Map(l.steps.map((s, j) => [s, l.rawValues[j]])) : null));
+    const head = ["step", "wall_time"];
+    lines.forEach((l, i) => { head.push(l.name && l.label !== l.name ? `${l.name} ${l.label}` : l.label); if (rawCols[i]) head.push(`${l.label} (raw)`); });
+    const rows = [head.map(csvCell).join(",")];
+    for (const s of steps) {
+      const row = [s, walls.get(s) ?? ""];
+      cols.forEach((m, i) => { row.push(m.get(s) ?? ""); if (rawCols[i]) row.push(rawCols[i].get(s) ?? ""); });
+      rows.push(row.map(csvCell).join(","));
+    }
+    return rows.join("\n") + "\n";
+  }
+
+  fileName(ext) {
+    return `${this.runId || "chart"}-${String(this.spec.id || this.spec.title).replace(/[^A-Za-z0-9_.-]+/g, "_")}.${ext}`;
+  }
+
+  downloadCsv() {
+    download(this.fileName("csv"), URL.createObjectURL(new Blob([this.csv()], { type: "text/csv" })));
+  }
+
+  downloadPng() {
+    download(this.fileName("png"), this.chart.getDataURL({ type: "png", pixelRatio: 2, backgroundColor: themeColors().panel }));
   }
 
   // Clicking anywhere in the plot picks the nearest step of the primary metric.
@@ -228,8 +444,57 @@ export class StepChart {
   dispose() {
     clearTimeout(this.pending);
     this.unAnn();
+    this.el.removeEventListener("mouseenter", this.onEnter);
+    this.el.removeEventListener("mouseleave", this.onLeave);
     this.disposeChart();
   }
+}
+
+// The small tool strip of a chart box: smoothing, log scale, CSV and PNG download.
+// onChange({smoothing?, log?}) lets the page remember the chart's own settings (URL, prefs).
+export function chartTools(chart, { onChange } = {}) {
+  const sm = document.createElement("select");
+  sm.className = "ct-smooth";
+  sm.title = t("chart.smoothing_help");
+  for (const v of [0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99]) {
+    const o = document.createElement("option");
+    o.value = String(v);
+    o.textContent = v === 0 ? t("chart.no_smoothing") : `EMA ${v}`;
+    sm.append(o);
+  }
+  const sync = () => {
+    const cur = chart.opts.smoothing ?? 0;
+    if (![...sm.options].some((o) => Number(o.value) === cur)) {
+      const o = document.createElement("option");
+      o.value = String(cur);
+      o.textContent = `EMA ${cur}`;
+      sm.append(o);
+    }
+    sm.value = String(cur);
+    logBtn.classList.toggle("active", !!chart.opts.log);
+  };
+  sm.addEventListener("change", () => { chart.setOpts({ smoothing: Number(sm.value) }); onChange && onChange({ smoothing: Number(sm.value) }); });
+  const btn = (cls, text, title, fn) => {
+    const b = document.createElement("button");
+    b.className = `btn tiny ${cls}`;
+    b.textContent = text;
+    b.title = title;
+    b.type = "button";
+    b.addEventListener("click", fn);
+    return b;
+  };
+  const logBtn = btn("ct-log", "log", t("chart.log_help"), () => {
+    chart.setOpts({ log: !chart.opts.log });
+    sync();
+    onChange && onChange({ log: !!chart.opts.log });
+  });
+  const strip = document.createElement("div");
+  strip.className = "chart-tools";
+  strip.append(sm, logBtn, btn("ct-csv", "CSV", t("chart.csv_help"), () => chart.downloadCsv()),
+    btn("ct-png", "PNG", t("chart.png_help"), () => chart.downloadPng()));
+  strip.sync = sync;
+  sync();
+  return strip;
 }
 
 // ---------------------------------------------------------------- histogram heatmap

@@ -1,20 +1,22 @@
 // The dashboard (DESIGN.md §8, seed 001 Q8): three rows of charts that grow live from the run's
 // stream, linked zoom and a shared tooltip across the step charts, a click opens that step's samples.
 import { api } from "../api.js";
-import { GROUP, HistogramHeatmap, StepChart } from "../charts.js";
+import { chartTools, GROUP, HistogramHeatmap, StepChart } from "../charts.js";
 import { t } from "../i18n.js";
 import { registerView, runHref } from "../router.js";
 import { clear, fmt, h } from "../ui.js";
 import { CHARTS, HEATMAPS, seriesNames } from "./dashboard_specs.js";
+import { MetricExplorer } from "./metric_panels.js";
 
 const PREFS_KEY = "rlcockpit.dashboard";
 const REFRESH_MS = 1000;
+const DEFAULTS = { xMode: "step", smoothing: 0.6, klWindow: 10, chart: {} };
 
 function loadPrefs() {
   try {
-    return { xMode: "step", smoothing: 0.6, klWindow: 10, ...JSON.parse(localStorage.getItem(PREFS_KEY) || "{}") };
+    return { ...DEFAULTS, chart: {}, ...JSON.parse(localStorage.getItem(PREFS_KEY) || "{}") };
   } catch {
-    return { xMode: "step", smoothing: 0.6, klWindow: 10 };
+    return { ...DEFAULTS, chart: {} };
   }
 }
 
@@ -22,18 +24,69 @@ function savePrefs(prefs) {
   localStorage.setItem(PREFS_KEY, JSON.stringify(prefs));
 }
 
+// The view in the URL (so it can be shared): x, smooth, zoom=a~b, cs=id:0.9,..., log=id,..., q.
+// Values in the URL win over the remembered preferences.
+export function viewFromQuery(query, prefs) {
+  const out = { ...prefs, chart: JSON.parse(JSON.stringify(prefs.chart || {})) };
+  const x = query.get("x");
+  if (["step", "wall", "rel"].includes(x)) out.xMode = x;
+  const sm = Number(query.get("smooth"));
+  if (query.has("smooth") && sm >= 0 && sm < 1) out.smoothing = sm;
+  for (const part of (query.get("cs") || "").split(",").filter(Boolean)) {
+    const i = part.lastIndexOf(":");
+    const v = Number(part.slice(i + 1));
+    if (i > 0 && v >= 0 && v < 1) out.chart[part.slice(0, i)] = { ...(out.chart[part.slice(0, i)] || {}), smoothing: v };
+  }
+  if (query.has("log")) {
+    for (const id of Object.keys(out.chart)) out.chart[id].log = false;
+    for (const id of query.get("log").split(",").filter(Boolean)) out.chart[id] = { ...(out.chart[id] || {}), log: true };
+  }
+  const zoom = (query.get("zoom") || "").split("~").map(Number);
+  out.zoom = zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1] ? zoom : null;
+  out.q = query.get("q") || "";
+  return out;
+}
+
+export function viewToQuery(view) {
+  const q = new URLSearchParams();
+  q.set("x", view.xMode);
+  q.set("smooth", String(view.smoothing));
+  const cs = Object.entries(view.chart).filter(([, c]) => c.smoothing !== undefined).map(([id, c]) => `${id}:${c.smoothing}`);
+  if (cs.length) q.set("cs", cs.join(","));
+  const logs = Object.entries(view.chart).filter(([, c]) => c.log).map(([id]) => id);
+  if (logs.length) q.set("log", logs.join(","));
+  if (view.zoom) q.set("zoom", view.zoom.map((v) => +v.toPrecision(10)).join("~"));
+  if (view.q) q.set("q", view.q);
+  return q;
+}
+
 class Dashboard {
   constructor(root, ctx) {
     this.root = root;
     this.ctx = ctx;
-    this.prefs = loadPrefs();
+    this.prefs = viewFromQuery(ctx.query || new URLSearchParams(), loadPrefs());
     this.charts = {};
     this.heatmaps = {};
+    this.tools = {};
     this.timers = [];
+  }
+
+  chartOpts(id) {
+    const own = this.prefs.chart[id] || {};
+    const spec = CHARTS.find((c) => c.id === id);
+    const fallback = spec && spec.defaultSmoothing !== undefined ? spec.defaultSmoothing : this.prefs.smoothing;
+    return { smoothing: own.smoothing ?? fallback, log: !!own.log, klWindow: this.prefs.klWindow };
+  }
+
+  onChartChange(id, change) {
+    this.prefs.chart[id] = { ...(this.prefs.chart[id] || {}), ...change };
+    this.persist();
   }
 
   mount() {
     const openStep = (step) => this.ctx.navigate(runHref(this.ctx.runId, "samples", [], { step_min: step, step_max: step }));
+    this.openStep = openStep;
+    const units = (this.ctx.summary && this.ctx.summary.metric_units) || {};
     this.root.append(this.toolbar());
     const rows = [1, 2, 3].map((n) => h("div", { class: `dash-row row-${n}`, dataset: { row: String(n) } }));
     this.root.append(...rows);
@@ -41,9 +94,11 @@ class Dashboard {
       const { box, plot } = this.chartBox(spec.id);
       rows[spec.row - 1].append(box);
       const chart = new StepChart(plot, { ...spec, title: t(spec.titleKey), lines: (d, o) => spec.lines(d, o, t), hlines: spec.hlines && ((d, o) => spec.hlines(d, o, t)) },
-        { runId: this.ctx.runId, xMode: this.prefs.xMode, onClickStep: openStep });
-      chart.opts = { smoothing: this.prefs.smoothing, klWindow: this.prefs.klWindow };
+        { runId: this.ctx.runId, xMode: this.prefs.xMode, onClickStep: openStep, units });
+      chart.opts = this.chartOpts(spec.id);
       this.charts[spec.id] = chart;
+      this.tools[spec.id] = chartTools(chart, { onChange: (c) => this.onChartChange(spec.id, c) });
+      box.prepend(this.tools[spec.id]);
     }
     for (const spec of HEATMAPS) {
       const { box, plot } = this.chartBox(spec.id);
@@ -52,10 +107,30 @@ class Dashboard {
     }
     this.samplesBox = h("section", { class: "chart-box samples-box", id: "latest-samples" });
     rows[2].append(this.samplesBox);
+    this.explorerRoot = h("div", { id: "explorer-root" });
+    this.root.append(this.explorerRoot);
     echarts.connect(GROUP);
+    // a zoom (any chart: they are linked) is part of the view in the URL
+    this.charts.reward.chart.on("datazoom", () => this.onZoom());
     window.rlcockpit.dashboard = this;
     this.load();
     return () => this.unmount();
+  }
+
+  mountExplorer() {
+    const s = this.ctx.summary || {};
+    this.explorer = new MetricExplorer(this.explorerRoot, {
+      runId: this.ctx.runId, project: (s.run && s.run.project) || "default", names: s.metric_names || [],
+      units: s.metric_units || {}, runs: (window.rlcockpit.state && window.rlcockpit.state.runs) || [],
+      xMode: this.prefs.xMode, chartOpts: (id) => this.chartOpts(id), onChartChange: (id, c) => this.onChartChange(id, c),
+      openStep: this.openStep, query: this.prefs.q, onQuery: (q) => { this.prefs.q = q; this.persist(); } });
+    this.explorer.mount();
+  }
+
+  allCharts() {
+    const out = Object.values(this.charts);
+    if (this.explorer) this.explorer.each((c) => out.push(c));
+    return out;
   }
 
   chartBox(id) {
@@ -69,35 +144,75 @@ class Dashboard {
 
   toolbar() {
     const p = this.prefs;
-    const xToggle = (mode) => h("button", { class: `btn seg${p.xMode === mode ? " active" : ""}`, id: `x-${mode}`,
-      onclick: () => this.setPref({ xMode: mode }), text: t(mode === "step" ? "dash.x_step" : "dash.x_wall") });
+    const xToggle = (mode, key) => h("button", { class: `btn seg${p.xMode === mode ? " active" : ""}`, id: `x-${mode}`,
+      onclick: () => this.setPref({ xMode: mode }), text: t(key) });
     const slider = h("input", { type: "range", id: "smoothing", min: "0", max: "0.99", step: "0.01", value: String(p.smoothing),
       oninput: (e) => this.setPref({ smoothing: Number(e.target.value) }) });
     this.smoothLabel = h("span", { class: "muted", text: p.smoothing.toFixed(2) });
     const klWin = h("input", { type: "number", id: "kl-window", min: "2", max: "500", value: String(p.klWindow), class: "num",
       onchange: (e) => this.setPref({ klWindow: Math.max(2, Math.min(500, Number(e.target.value) || 10)) }) });
     return h("div", { class: "toolbar" },
-      h("span", { class: "tb-label", text: t("dash.x_axis") }), xToggle("step"), xToggle("wall"),
-      h("label", { class: "tb-label" }, t("dash.smoothing"), " ", slider, " ", this.smoothLabel),
+      h("span", { class: "tb-label", text: t("dash.x_axis") }), xToggle("step", "dash.x_step"), xToggle("wall", "dash.x_wall"), xToggle("rel", "dash.x_rel"),
+      h("label", { class: "tb-label", title: t("dash.smoothing_help") }, t("dash.smoothing"), " ", slider, " ", this.smoothLabel),
       h("label", { class: "tb-label" }, t("dash.kl_window"), " ", klWin),
       h("button", { class: "btn", id: "reset-zoom", onclick: () => this.resetZoom(), text: t("dash.reset_zoom") }),
+      h("button", { class: "btn", id: "copy-link", title: t("dash.copy_link_help"), onclick: () => this.copyLink(), text: t("dash.copy_link") }),
       h("span", { class: "muted hint", text: t("dash.hint") }));
   }
 
   setPref(change) {
     Object.assign(this.prefs, change);
-    savePrefs(this.prefs);
     if (change.xMode) {
       this.root.querySelectorAll(".seg").forEach((b) => b.classList.toggle("active", b.id === `x-${change.xMode}`));
-      Object.values(this.charts).forEach((c) => c.setXMode(change.xMode));
+      this.prefs.zoom = null; // a zoom range is in the units of the old axis
+      this.allCharts().forEach((c) => c.setXMode(change.xMode));
     } else {
-      if (this.smoothLabel) this.smoothLabel.textContent = this.prefs.smoothing.toFixed(2);
-      Object.values(this.charts).forEach((c) => c.setOpts({ smoothing: this.prefs.smoothing, klWindow: this.prefs.klWindow }));
+      if (change.smoothing !== undefined) {
+        // the global slider sets every chart; a chart's own choice is dropped
+        for (const c of Object.values(this.prefs.chart)) delete c.smoothing;
+        if (this.smoothLabel) this.smoothLabel.textContent = this.prefs.smoothing.toFixed(2);
+      }
+      for (const [id, c] of Object.entries(this.charts)) c.setOpts(this.chartOpts(id));
+      if (this.explorer) for (const [id, c] of this.explorer.charts) c.setOpts({ smoothing: this.chartOpts(id).smoothing, klWindow: this.prefs.klWindow });
+      Object.values(this.tools).forEach((tool) => tool.sync());
+      this.root.querySelectorAll(".chart-tools").forEach((tool) => tool.sync && tool.sync());
     }
+    this.persist();
+  }
+
+  // Remember the view (localStorage) and put it in the URL without reloading the page.
+  persist() {
+    const { zoom, q, ...keep } = this.prefs;
+    savePrefs(keep);
+    const hash = runHref(this.ctx.runId, "dashboard", [], viewToQuery(this.prefs));
+    if (location.hash !== hash) history.replaceState(null, "", hash);
+  }
+
+  copyLink() {
+    this.persist();
+    const url = location.href;
+    if (navigator.clipboard) navigator.clipboard.writeText(url).catch(() => {});
+    this.root.querySelector("#copy-link").dataset.copied = url;
+  }
+
+  onZoom() {
+    const dz = this.charts.reward.chart.getOption().dataZoom[0];
+    const full = dz.start <= 0 && dz.end >= 100;
+    this.prefs.zoom = full || dz.startValue === undefined ? null : [dz.startValue, dz.endValue];
+    clearTimeout(this.zoomTimer);
+    this.zoomTimer = setTimeout(() => !this.disposed && this.persist(), 150);
+  }
+
+  applyZoom() {
+    if (!this.prefs.zoom) return;
+    const [a, b] = this.prefs.zoom;
+    this.charts.reward.chart.dispatchAction({ type: "dataZoom", startValue: a, endValue: b });
   }
 
   resetZoom() {
-    Object.values(this.charts).forEach((c) => c.chart.dispatchAction({ type: "dataZoom", start: 0, end: 100 }));
+    this.allCharts().forEach((c) => c.chart.dispatchAction({ type: "dataZoom", start: 0, end: 100 }));
+    this.prefs.zoom = null;
+    this.persist();
   }
 
   async load() {
@@ -107,6 +222,7 @@ class Dashboard {
       if (this.disposed) return;
       Object.values(this.charts).forEach((c) => c.setSeries(res.series));
       this.updateOverlays();
+      this.applyZoom();
     } catch (err) {
       if (this.disposed) return;
       this.showError(err);
@@ -115,6 +231,7 @@ class Dashboard {
     this.unsub = this.ctx.live.subscribe((m) => this.onMessage(m));
     this.loadHeatmaps();
     this.loadSamples();
+    this.mountExplorer();
   }
 
   showError(err) {
@@ -140,6 +257,7 @@ class Dashboard {
   onMessage({ kind, data }) {
     if (kind !== "step") return;
     for (const c of Object.values(this.charts)) c.append(data.step, data.wall_time, data.metrics || {});
+    if (this.explorer) this.explorer.append(data.step, data.wall_time, data.metrics || {});
     this.updateOverlays();
     this.throttle("heatmaps", () => this.loadHeatmaps(true));
     this.throttle("samples", () => this.loadSamples());
@@ -190,6 +308,8 @@ class Dashboard {
     Object.values(this.pendingRefresh || {}).forEach((tm) => tm && clearTimeout(tm));
     Object.values(this.charts).forEach((c) => c.dispose());
     Object.values(this.heatmaps).forEach((c) => c.dispose());
+    if (this.explorer) this.explorer.dispose();
+    clearTimeout(this.zoomTimer);
     if (window.rlcockpit.dashboard === this) delete window.rlcockpit.dashboard;
   }
 }

@@ -14,7 +14,7 @@ function line(data, name, label, extra = {}) {
 function derived(data, name, label, fn, extra = {}) {
   const d = data.get(name);
   if (!d || !d.steps.length) return null;
-  return { name, label, steps: d.steps, values: fn(d.values), walls: d.walls, ...extra };
+  return { name, label, steps: d.steps, values: fn(d.values), walls: d.walls, derived: true, ...extra };
 }
 
 const simple = (pairs) => (data, opts, t) => pairs.map(([name, key, extra]) => line(data, name, t(key), extra)).filter(Boolean);
@@ -62,8 +62,9 @@ function categoryLines(data, opts, t) {
 }
 
 export const CHARTS = [
-  { id: "reward", row: 1, titleKey: "chart.reward", names: ["reward/mean"], primary: "reward/mean", lines: rewardLines },
-  { id: "kl", row: 1, titleKey: "chart.kl", names: ["kl/mean", "kl/target"], primary: "kl/mean", lines: klLines, hlines: klHlines },
+  { id: "reward", row: 1, titleKey: "chart.reward", names: ["reward/mean"], primary: "reward/mean", lines: rewardLines, ownSmoothing: true },
+  // the KL chart keeps its current value raw by default: its moving average and P90 are the smoothing
+  { id: "kl", row: 1, titleKey: "chart.kl", names: ["kl/mean", "kl/target"], primary: "kl/mean", lines: klLines, hlines: klHlines, defaultSmoothing: 0 },
   { id: "entropy", row: 1, titleKey: "chart.entropy", names: ["policy/entropy"], primary: "policy/entropy",
     lines: simple([["policy/entropy", "line.entropy"]]) },
   { id: "loss", row: 1, titleKey: "chart.loss", names: ["policy/loss", "value/loss"], primary: "policy/loss",
