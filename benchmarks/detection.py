@@ -1,7 +1,9 @@
 """Detection benchmark: is each injected fault caught by the right detector, how soon after it shows,
 and do long healthy runs stay quiet? Measured on disjoint seed splits against no-fault twins.
 
-- **Splits**: ``--split calibration`` (seeds 0-4, for tuning) or ``evaluation`` (seeds 100-104). The
+- **Splits**: ``--split calibration`` (seeds 0-4), ``calibration-b`` (100-104) and ``calibration-c``
+  (200-204) for tuning (the b and c splits are the spent first and second evaluations), or
+  ``evaluation`` (seeds 300-304). The
   evaluation split refuses to run while src/rlcockpit/diagnostics/ has uncommitted changes and
   records the commit of the detector code ("thresholds frozen at commit ...").
 - **Runs**: per seed, one healthy run of each config (PPO / GRPO x fixed / adaptive KL, 200 steps,
@@ -319,7 +321,8 @@ def score_fault(o: Outcome, twin: Outcome | None) -> dict[str, Any]:
     }
     if fault.shape == "ramp" and twin is not None:
         s.update(ramp_timing(o, twin, fault.drives, lo, hi, hits))
-        s["in_time_nb"] = ramp_timing(o, twin, fault.drives, lo, hi, hits_nb)["in_time"]
+        nb = ramp_timing(o, twin, fault.drives, lo, hi, hits_nb)
+        s["in_time_nb"], s["in_time_3step_nb"] = nb["in_time"], nb["in_time_3step"]
     return s
 
 
@@ -332,20 +335,36 @@ def expected_hit(f: dict[str, Any], fault: Any) -> bool:
 
 def ramp_timing(o: Outcome, twin: Outcome, metric: str, lo: int, hi: int,
                 hits: list[dict[str, Any]]) -> dict[str, Any]:
-    """When ``metric`` left the twin's by 2x the twin's spread (std over the scored steps)."""
+    """When ``metric`` left the twin's by 2x the twin's spread (std over the scored steps): on one step
+    (``moved_2x``), and in the mean difference of 3 consecutive steps (``moved_2x_3step``; once two runs
+    have diverged their sampling differs, so a single step differs by ~1.4 spreads by chance alone and
+    passes 2 spreads on ~16% of steps: the 3-step mean moves only with the fault)."""
     values = [twin.metrics.get(s, {}).get(metric) for s in range(lo, hi + 1)]
     values = [v for v in values if v is not None and math.isfinite(v)]
     if len(values) < 2:
-        return {"spread": None, "moved_2x": None, "in_time": None}
+        return {"spread": None, "moved_2x": None, "in_time": None, "moved_2x_3step": None, "in_time_3step": None}
     spread = statistics.pstdev(values)
-    moved = None
+    moved = moved3 = None
+    diffs: list[float] = []
     for step in range(lo, hi + 1):
         a, b = o.metrics.get(step, {}).get(metric), twin.metrics.get(step, {}).get(metric)
-        if a is not None and b is not None and (not math.isfinite(a) or abs(a - b) > 2 * spread + ATOL):
-            moved = step
+        if a is None or b is None:
+            diffs.clear()
+            continue
+        if not math.isfinite(a):
+            moved = step if moved is None else moved
+            moved3 = step if moved3 is None else moved3
             break
-    in_time = bool(hits) and (moved is None or hits[0]["step"] <= moved)
-    return {"spread": spread, "moved_2x": moved, "in_time": in_time}
+        if moved is None and abs(a - b) > 2 * spread + ATOL:
+            moved = step
+        diffs.append(a - b)
+        if moved3 is None and len(diffs) >= 3 and abs(sum(diffs[-3:]) / 3) > 2 * spread + ATOL:
+            moved3 = step
+        if moved is not None and moved3 is not None:
+            break
+    first = hits[0]["step"] if hits else None
+    return {"spread": spread, "moved_2x": moved, "in_time": first is not None and (moved is None or first <= moved),
+            "moved_2x_3step": moved3, "in_time_3step": first is not None and (moved3 is None or first <= moved3)}
 
 
 def _brief(f: dict[str, Any], ref: int) -> str:
@@ -433,7 +452,8 @@ def _source(o: Outcome) -> str:
 def fault_table(rows: list[tuple[Outcome, dict, dict]], peers: Sequence[str]) -> list[str]:
     head = ["fault", "seed", "variant", "scored steps", "first divergence", "expected detector fired "
             "(first, steps after divergence)", "without the baseline run", "first orange+ (steps after divergence)", "twin's findings in the "
-            "scored steps", "ramp: metric moved 2x spread at / caught in time", "stream", *peers]
+            "scored steps", "ramp: metric moved 2x spread at (one step / 3-step mean) / caught in time", "stream",
+            *peers]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for o, s, ps in rows:
         div = "none (no effect: not scored)" if s["divergence"] is None else str(s["divergence"]) + (" (BEFORE the fault)"
@@ -441,7 +461,9 @@ def fault_table(rows: list[tuple[Outcome, dict, dict]], peers: Sequence[str]) ->
         ramp = "-"
         if s["shape"] == "ramp":
             moved = "never" if s.get("moved_2x") is None else f"step {s['moved_2x']}"
-            ramp = f"{moved} / {'yes' if s.get('in_time') else 'no'}"
+            moved3 = "never" if s.get("moved_2x_3step") is None else f"step {s['moved_2x_3step']}"
+            ramp = (f"{moved} / {moved3} / {'yes' if s.get('in_time') else 'no'}, "
+                    f"{'yes' if s.get('in_time_3step') else 'no'}")
         twin = ", ".join(s["twin"][:4]) + (f" (+{len(s['twin']) - 4})" if len(s["twin"]) > 4 else "") or "none"
         cells = [o.job.fault, str(o.job.seed), o.job.variant.label(), f"{s['scored'][0]}-{s['scored'][1]}", div,
                  s["hit"] or "missed", s["hit_nb"] or "missed", s["orange"] or "none", twin, ramp, _source(o),
@@ -455,7 +477,7 @@ def summary_table(rows: list[tuple[Outcome, dict, dict]], peers: Sequence[str]) 
     for o, s, ps in rows:
         by.setdefault(o.job.fault, []).append((o, s, ps))
     head = ["fault", "expected detectors", "step runs caught (without the baseline)",
-            "ramp runs caught (in time)",
+            "ramp runs caught (in time: one step, 3-step mean)",
             "median latency from divergence (steps)", *(f"{p} caught" for p in peers)]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for name, items in by.items():
@@ -469,7 +491,8 @@ def summary_table(rows: list[tuple[Outcome, dict, dict]], peers: Sequence[str]) 
             name, ", ".join(exp[:3]) + ("…" if len(exp) > 3 else ""),
             f"{sum(s['detected'] for s in steps)}/{len(steps)} ({sum(s['detected_nb'] for s in steps)})"
             if steps else "-",
-            f"{sum(s['detected'] for s in ramps)}/{len(ramps)} ({sum(bool(s.get('in_time')) for s in ramps)})"
+            f"{sum(s['detected'] for s in ramps)}/{len(ramps)} ({sum(bool(s.get('in_time')) for s in ramps)}, "
+            f"{sum(bool(s.get('in_time_3step')) for s in ramps)})"
             if ramps else "-",
             f"{statistics.median(lats):g}" if lats else "-", *peer_cells]) + " |")
     return lines
@@ -539,6 +562,7 @@ def headline_numbers(outcomes: list[Outcome], fault_rows: list, healthy_rows: li
         "median_latency_from_divergence": med,
         "ramps_caught": f"{sum(s['detected'] for s in ramps)}/{len(ramps)}",
         "ramps_caught_before_2x_spread": f"{sum(bool(s.get('in_time')) for s in ramps)}/{len(ramps)}",
+        "ramps_caught_before_2x_spread_3step": f"{sum(bool(s.get('in_time_3step')) for s in ramps)}/{len(ramps)}",
         "healthy": {"runs": len(healthy_rows), "steps": healthy_steps, **counts,
                     "orange_per_1000_steps": round(per_k, 2) if per_k is not None else None,
                     "of_which_baseline_detector": counts_nb["baseline"],
@@ -548,7 +572,9 @@ def headline_numbers(outcomes: list[Outcome], fault_rows: list, healthy_rows: li
             "step_faults_caught_pct": round(100.0 * caught_nb / len(steps), 1) if steps else None,
             "median_latency_from_divergence": statistics.median(lats_nb) if lats_nb else None,
             "ramps_caught": f"{sum(s['detected_nb'] for s in ramps)}/{len(ramps)}",
-            "ramps_caught_before_2x_spread": f"{sum(bool(s.get('in_time_nb')) for s in ramps)}/{len(ramps)}"},
+            "ramps_caught_before_2x_spread": f"{sum(bool(s.get('in_time_nb')) for s in ramps)}/{len(ramps)}",
+            "ramps_caught_before_2x_spread_3step":
+                f"{sum(bool(s.get('in_time_3step_nb')) for s in ramps)}/{len(ramps)}"},
         "baseline_runs": "none (--quick)" if args.quick else f"healthy run of seed {BASELINE_SEED} per config",
         "no_effect_runs": sorted(o.job.key for o, s, _ in fault_rows if s["no_effect"]),
         "targets": {"step_caught_ge_90pct": _pass(pct is not None and pct >= TARGETS["step_caught_pct"], pct),
@@ -584,14 +610,16 @@ def _headline_sentence(h: dict[str, Any]) -> str:
     return (f"step faults caught by an expected detector **{h['step_faults_caught']}** "
             f"({h['step_faults_caught_pct']}%), median latency from the first divergence "
             f"**{h['median_latency_from_divergence']}** steps; ramps caught {h['ramps_caught']}, before their "
-            f"metric moved 2x its healthy spread **{h['ramps_caught_before_2x_spread']}**; healthy runs "
+            f"metric moved 2x its healthy spread **{h['ramps_caught_before_2x_spread']}** on one step, "
+            f"**{h['ramps_caught_before_2x_spread_3step']}** in a 3-step mean; healthy runs "
             f"({hh['runs']} runs, {hh['steps']} steps): yellow {hh['yellow']}, orange {hh['orange']}, red "
             f"{hh['red']}, black {hh['black']} (**{hh['orange_per_1000_steps']}** orange per 1,000 steps; of "
             f"these findings {hh['of_which_baseline_detector']} from the baseline detector, "
             f"{hh['of_which_baseline_detector_orange']} of them orange+). Without the baseline run (the `baseline` "
             f"detector's findings set aside): step faults caught **{nb['step_faults_caught']}** "
             f"({nb['step_faults_caught_pct']}%), median latency {nb['median_latency_from_divergence']}; ramps "
-            f"{nb['ramps_caught']}, in time {nb['ramps_caught_before_2x_spread']}. Fault runs that changed no "
+            f"{nb['ramps_caught']}, in time {nb['ramps_caught_before_2x_spread']} (3-step mean: "
+            f"{nb['ramps_caught_before_2x_spread_3step']}). Fault runs that changed no "
             f"metric (not scored): {', '.join(h['no_effect_runs']) or 'none'}.")
 
 
@@ -609,8 +637,8 @@ def write_docs(path: Path, text: str) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--split", choices=sorted(SPLITS), default="calibration",
-                   help="calibration: seeds 0-4 and calibration-b: seeds 100-104 (the first evaluation split, "
-                        "spent: tuning allowed); evaluation: seeds 200-204 (refuses to run with uncommitted detector "
+                   help="calibration: seeds 0-4, calibration-b: seeds 100-104 and calibration-c: 200-204 (the first and "
+                        "second evaluation splits, spent: tuning allowed); evaluation: seeds 300-304 (refuses to run with uncommitted detector "
                         "changes)")
     p.add_argument("--quick", action="store_true", help="smoke test: lr_spike (late, resumed from the twin), "
                    "nan_reward (onset 0), ref_prompt_template, 1 short PPO twin; the split's first seed, 8 prompts")

@@ -300,6 +300,19 @@ def test_critic_quiet_on_a_healthy_loss_and_skipped_without_a_critic():
     assert all(conds is SKIPPED for _, conds in run(make("critic"), grpo))
 
 
+def test_critic_value_clip_fraction_is_yellow_when_updates_keep_hitting_the_clip_range():
+    # a critic learning rate x10: its value loss looks healthy, 2-20% of its values clip per step
+    fast = _critic_rows(20, seed=1, **{"value/clip_frac": 0.06})
+    step, cond = first(make("critic"), fast, "yellow", "value_clip")
+    assert step == 4 and cond.evidence["clip_frac_mean"] == pytest.approx(0.06)
+    assert cond.evidence["onset_step"] == 0 and "learning rate" in cond.message
+    later = _critic_rows(20, **{"value/clip_frac": 0.0}) + _critic_rows(10, **{"value/clip_frac": 0.06})
+    step, cond = first(make("critic"), later, "yellow", "value_clip")
+    assert step == 22 and cond.evidence["onset_step"] == 20  # the mean of 5 steps passes 3% at the 3rd
+    healthy = _critic_rows(40, **{"value/clip_frac": 0.004})
+    assert first(make("critic"), healthy, "yellow", "value_clip") == (None, None)
+
+
 def test_critic_overfit_and_value_shift_are_yellow():
     rows = _critic_rows(10) + _critic_rows(10, loss=0.001, **{"advantage/abs_median": 0.01})
     step, cond = first(make("critic"), rows, "yellow", "overfit")
@@ -634,15 +647,19 @@ def test_critic_lr_spike_run_names_the_update_ratio_then_value_loss_and_grad_nor
     raised = _observe("fault_critic_lr_spike_s0")
     assert min(f.step for f in raised) == 10
     got = {(f.detector, f.evidence.get("key"), f.severity) for f in raised if f.step <= 11}
+    # (the value clip fraction of a critic stepping 1000x too far is the yellow beside them)
     assert got == {("update_ratio", "jump/critic", "orange"), ("critic", "divergence", "red"),
-                   ("gradients", "explosion/critic", "red")}
+                   ("gradients", "explosion/critic", "red"), ("critic", "value_clip", "yellow")}
     (incident, *_) = [i for i in group(raised) if i.first_step == 10]
-    # the critic's gradient norm and update ratio both leave their band at the onset step
-    assert incident.summary == "grad norm moved together with update ratio and value loss"
+    # the critic's gradient norm, update ratio and value clip fraction all leave their band at the
+    # onset step (the value loss one step later)
+    assert incident.summary == "value clip fraction moved together with grad norm and update ratio"
 
 
 def test_too_many_epochs_run_is_orange_one_step_after_the_onset_then_kl_climbs():
     raised = _observe("fault_too_many_ppo_epochs_s0")
+    # (16 critic epochs per batch also push its values past the value clip range: a critic yellow)
+    raised = [f for f in raised if (f.detector, f.evidence.get("key")) != ("critic", "value_clip")]
     assert (raised[0].detector, raised[0].step, raised[0].severity) == ("ppo_epoch_kl", 11, "orange")
     assert raised[0].evidence["epochs"] == 16
     later = {(f.detector, f.severity) for f in raised}

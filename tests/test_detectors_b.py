@@ -11,7 +11,7 @@ import pytest
 import scipy.stats
 
 from detector_kit import conditions, feed, first
-from rlcockpit.diagnostics import SKIPPED, Engine, registry
+from rlcockpit.diagnostics import SKIPPED, Engine, StepView, registry
 from rlcockpit.diagnostics.detectors._reward_stats import (
     Lagged,
     bimodality_coefficient,
@@ -146,6 +146,19 @@ def test_reward_scale_x20_is_red_at_once_and_stays_while_it_lasts():
     res = feed(det, metrics_only(scale_rows()))
     assert all(conds and conds[0].severity == "red" for _, conds in res[20:])
     assert all(conds[0].evidence["onset_step"] == 20 for _, conds in res[20:])
+
+
+def test_reward_scale_ramp_is_red_against_its_level_before_the_ramp():
+    # the scale grows x1.22 per step from step 30 (a 15-step ramp to x20): each step's spread is
+    # under 2x the widest of the steps just before, but 3x the level before the ramp by step 36
+    rows = scale_rows(n=60, jump_at=10_000)
+    for i in range(30, 45):
+        k = 20 ** ((i - 29) / 15)
+        rows[i] = {**rows[i], "reward/std": rows[i]["reward/std"] * k, "reward/min": -k, "reward/max": k}
+    step, cond = first(make("reward_scale"), metrics_only(rows), severity="red")
+    assert step is not None and 33 <= step <= 36 and cond.evidence["std_ratio"] >= 3
+    assert "over steps" in cond.message
+    assert first(make("reward_scale", lag=1), metrics_only(rows), severity="red") == (None, None)
 
 
 def test_reward_scale_quiet_when_spread_returns_after_steps_without_any():
@@ -379,6 +392,49 @@ def test_paid_without_a_shared_template_is_yellow_and_quiet_on_bounded_rewards_a
                                                   for b in batch])
                                            for m, batch in paid_steps(at=10_000)[10:]]
     assert [c for c in conditions(make("reward_hacking"), scaled) if c.key == "paid"] == []
+
+
+def test_a_phrase_paid_from_the_first_step_is_yellow_where_the_paid_rule_has_no_clean_reference():
+    # a reward model that pays a hedge from step 0 (onset 0): every step's reference already holds
+    # the over-paid answers, so "paid" cannot see it; within each step they stand far above the rest
+    hedge = "I am not sure about that."
+    steps = paid_steps(n=12, at=10_000)
+    for i, (_, batch) in enumerate(steps):
+        if i % 2 == 0:
+            batch[0] = sample(i, 0, 3.0, hedge, prompt_id=f"{i}-0")
+    conds = conditions(make("reward_hacking"), steps)
+    assert not [c for c in conds if c.key == "paid"]
+    step, cond = first(make("reward_hacking"), steps, key="phrase")
+    assert step == 4 and cond.severity == "yellow"  # the third hedge (steps 0, 2, 4)
+    assert cond.evidence["ngram"] in hedge and cond.evidence["with_phrase"] == 3
+    assert cond.evidence["rest_share"] == 0 and cond.evidence["onset_step"] == 0
+    # the same phrase common among the unpaid answers too: the reward does not pay the phrase
+    for i, (_, batch) in enumerate(steps):
+        for j in range(1, 6):
+            batch[j] = sample(i, j, batch[j].reward, hedge, prompt_id=f"{i}-{j}")
+    assert [c for c in conditions(make("reward_hacking"), steps) if c.key == "phrase"] == []
+    # bounded rewards with no singled-out answer: quiet
+    assert [c for c in conditions(make("reward_hacking"), paid_steps(at=10_000)) if c.key == "phrase"] == []
+
+
+def test_phrase_singles_out_against_the_step_naive_reference():
+    # the singled-out bar (90th percentile + gap x std) against a loop on random steps
+    from rlcockpit.diagnostics.detectors.reward_hacking import PhraseWatch, RewardHackingConfig
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        cfg = RewardHackingConfig()
+        watch = PhraseWatch(cfg)
+        rewards = rng.normal(size=int(rng.integers(8, 60)))
+        batch = [sample(0, j, r, f"answer {j}", prompt_id=str(j)) for j, r in enumerate(rewards)]
+        watch.update(StepView(step=0, metrics={}, samples=tuple(batch)))
+        (_, singled, rest) = watch._pool[-1]
+        srt = sorted(rewards)
+        pos = 0.9 * (len(srt) - 1)
+        p90 = srt[int(pos)] + (pos - int(pos)) * (srt[min(int(pos) + 1, len(srt) - 1)] - srt[int(pos)])
+        mean = sum(rewards) / len(rewards)
+        std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+        assert sorted(s.reward for s in singled) == sorted(r for r in rewards if r > p90 + 0.5 * std)
+        assert len(singled) + len(rest) == len(rewards)
 
 
 def test_hackable_reward_fault_run_seed_1_is_caught_by_the_paid_template_then_its_spread():

@@ -42,6 +42,7 @@ def group(findings: Iterable[FindingRecord]) -> list[Incident]:
 
 def _incident(key: str, items: list[FindingRecord]) -> Incident:
     onsets: dict[str, tuple[int, str]] = {}
+    ranks: dict[str, int] = {}  # the severity of the finding that named each detector's signal
     open_keys: dict[tuple[str, str], bool] = {}
     for f in items:
         ident = (f.detector, str(f.evidence.get("key", "")))
@@ -50,8 +51,11 @@ def _incident(key: str, items: list[FindingRecord]) -> Incident:
             continue
         onset = int_or(f.evidence.get("onset_step"), f.step)
         signal = str(f.evidence.get("signal") or f.detector)
-        if f.detector not in onsets or onset < onsets[f.detector][0]:
-            onsets[f.detector] = (onset, signal)
+        rank = severity_rank(f.severity)
+        known = onsets.get(f.detector)
+        # the earliest onset; at the same onset, the signal of the more severe finding
+        if known is None or onset < known[0] or (onset == known[0] and rank > ranks[f.detector]):
+            onsets[f.detector], ranks[f.detector] = (onset, signal), rank
     order = sorted(onsets.items(), key=lambda kv: (kv[1][0], kv[0]))
     patterns = tuple(dict.fromkeys(p for f in items for p in f.patterns))
     worst = max((f.severity for f in items), key=severity_rank)

@@ -12,10 +12,19 @@ Default thresholds: divergence when the log value loss has robust z > 6 and the 
 window median, or the loss is NaN/inf → red (key "divergence"); over-fit when the loss is < 5% and
 the advantage scale < 20% of their early baselines for 5 steps → yellow (key "overfit"); shift when
 the median gap over 10 steps exceeds 1.5 advantage standard deviations → yellow (key "shift").
+Clip: ``value/clip_frac`` — the share of value predictions an update moved farther than the
+value clip range — averaged over the last ``clip_steps`` (5) steps ≥ ``clip_frac`` (0.03) →
+yellow (key "value_clip"): the critic's steps are too large for its clip range, most often a
+critic learning rate too high. Calibration: healthy tiny-world PPO runs (40 × 200 steps) stay
+≤ 0.004 on every step, the real verl PPO run (7 B, 335 steps) ≤ 0.007 with a median of 0, a
+TRL PPO run's fragments 0–0.045; a critic learning rate × 10 puts 0.02–0.2 on most steps while
+its value loss looks better than a healthy run's (the critic fits faster): the clip fraction is
+its only trace.
 GRPO and other critic-free runs log no value metrics: the detector reports "skipped".
 Scale assumptions: none in loss units — the value loss is judged in log space against its own
 window (robust z and a ratio to the median), over-fitting against the run's early baseline, the
-value shift in units of the advantage spread.
+value shift in units of the advantage spread; the clip fraction is a fraction of the value
+predictions (it does depend on the configured value clip range: a wider range clips less).
 False positives: the first updates of a fresh critic (warm-up of ``window`` steps); a deliberate
 change of the reward scale (the loss jumps once, then settles — the finding resolves).
 Fix: divergence — print the batch's rewards and returns (data or optimiser?), lower the critic
@@ -56,13 +65,17 @@ class CriticConfig(Config):
                                range=(1, 10000))
     shift_sigmas: float = option(1.5, help="Shift when |median gap| exceeds this × advantage std.",
                                  range=(0.0, 1e6))
+    clip_frac: float = option(0.03, help="Value clip: mean value/clip_frac over `clip_steps` "
+                              "steps at or above this → yellow.", range=(0.0, 1.0))
+    clip_steps: int = option(5, help="Value clip: steps averaged.", range=(1, 10000))
 
 
 @register
 class Critic(Detector):
     name = "critic"
     family = "critic"
-    reads = ("value/loss", "value/mean", "returns/mean", "advantage/abs_median", "advantage/std")
+    reads = ("value/loss", "value/mean", "returns/mean", "advantage/abs_median", "advantage/std",
+             "value/clip_frac")
     patterns = ("critic_divergence", "critic_overfit", "value_distribution_shift")
     signal = "value loss"
     Config = CriticConfig
@@ -75,12 +88,14 @@ class Critic(Detector):
         self._base_loss: list[float] = []
         self._base_adv: list[float] = []
         self._overfit = Streak()
+        self._clip = Window(cfg.clip_steps)
 
     def update(self, view: StepView) -> list[Condition] | object:
         loss = view.get("value/loss")
         if loss is None:
             return SKIPPED  # no critic (GRPO, RLOO, ...)
-        found = [self._divergence(view, loss), self._overfitting(view, loss), self._shift(view)]
+        found = [self._divergence(view, loss), self._overfitting(view, loss), self._shift(view),
+                 self._value_clip(view)]
         if math.isfinite(loss) and loss > 0:
             self._log_loss.push(math.log(loss), view.step)
         return [c for c in found if c is not None]
@@ -151,3 +166,25 @@ class Critic(Detector):
                          f"from the returns ({value:.3g} vs {ret:.3g})", evidence, key="shift",
                          message_zh=f"价值预测偏离回报 {gap:+.1f} 个标准差"
                                     f"（{value:.3g} 对 {ret:.3g}）")
+
+    def _value_clip(self, view: StepView) -> Condition | None:
+        cfg = self.config
+        frac = view.finite("value/clip_frac")
+        if frac is None:
+            return None
+        self._clip.push(frac, view.step)
+        if not self._clip.full:
+            return None
+        mean = float(np.mean(self._clip.values))
+        if mean < cfg.clip_frac:
+            return None
+        steps = self._clip.steps
+        evidence = {"clip_frac_mean": mean, "clip_frac_now": frac, "steps": cfg.clip_steps,
+                    "threshold": cfg.clip_frac, "signal": "value clip fraction",
+                    "onset_step": int(steps[int(np.argmax(self._clip.values >= cfg.clip_frac))])}
+        return Condition("yellow", f"{mean:.1%} of the value predictions per step moved beyond "
+                         f"the value clip range (mean of {cfg.clip_steps} steps; healthy runs "
+                         "stay below 1%): the critic's steps are too large — is its learning "
+                         "rate too high?", evidence, key="value_clip",
+                         message_zh=f"每步 {mean:.1%} 的价值预测超出价值裁剪范围（{cfg.clip_steps} "
+                                    "步均值；健康运行低于 1%）：Critic 步长过大，学习率是否过高？")

@@ -21,6 +21,15 @@ hacked samples, long before they are common enough to move the mean or a templat
 kl_coef_zero_with_hackable_reward fault runs the filler is 1–4 of 32 responses per step for 15
 steps after the onset (reward z ≤ 1.4, template share ≤ 13%), but each one is paid 2.5 where no
 response got more than 1.0 before.
+Signal, key "phrase" (samples): within each step, the responses the reward singles out — above
+the step's 90th percentile by ``phrase_gap`` (0.5) × the step's reward standard deviation —
+pooled over the last ``window`` steps: ≥ ``phrase_min`` (3) of them, to ≥ 3 prompts, share a
+character n-gram (as for "paid") that at most ``phrase_rest`` (5%) of the other responses of those
+steps contain → yellow. It needs no earlier steps, so it sees a reward model that pays a template
+from the first step (at onset 0 the "paid" rule's reference already holds the over-paid answers).
+Calibration: in 40 healthy tiny-world runs (200 steps each) no step ever had a response above its
+90th percentile (the rewards are 1, 0, −0.5, −1); a continuous reward singles out ~3% of the
+responses by chance, which then have to share a phrase the others lack.
 Default thresholds: "jump" when the reward's z ≥ ``z_jump`` (4) after ``warmup`` (10) steps (the z
 scale at least 5% of the reward's level and 10% of the largest per-step reward spread of the
 reference: a sparse reward's means of 0 then 0.02 are no jump):
@@ -125,6 +134,14 @@ class RewardHackingConfig(Config):
                                 "the pattern) and half of them share an n-gram.", range=(1.0, 1e6))
     paid_warmup: int = option(5, help="Paid: reference steps needed before judging.",
                               range=(1, 10_000))
+    phrase_gap: float = option(0.5, help="Phrase: a response is singled out when its reward "
+                               "exceeds its step's 90th percentile by this × the step's reward "
+                               "standard deviation.", range=(0.0, 1e6))
+    phrase_min: int = option(3, help="Phrase: singled-out responses sharing the phrase (to "
+                             "different prompts) needed within `window` steps.",
+                             range=(2, 1_000_000))
+    phrase_rest: float = option(0.05, help="Phrase: largest share of the other responses of the "
+                                "same steps that may contain the phrase.", range=(0.0, 1.0))
 
 
 @register
@@ -145,6 +162,7 @@ class RewardHacking(Detector):
         self._co = {name: Lagged(cfg.window, cfg.recent) for name, _, _ in CO_MOVERS}
         self._template = TemplateWatch(cfg)
         self._paid = PaidWatch(cfg)
+        self._phrase = PhraseWatch(cfg)
 
     def update(self, view: StepView) -> list[Condition] | object:
         if view.get("reward/mean") is None and not view.samples:
@@ -159,6 +177,9 @@ class RewardHacking(Detector):
         paid = self._paid.update(view, self._rescaled())
         if paid is not None:
             out.append(paid)
+        phrase = self._phrase.update(view)
+        if phrase is not None and paid is None:
+            out.append(phrase)
         return out
 
     # ------------------------------------------------------------------ reward jump
@@ -455,6 +476,68 @@ class PaidWatch:
             return None
         first, last = float(np.mean(self._counts[:k])), float(np.mean(self._counts[-k:]))
         return last / max(first, 1e-9)
+
+
+class PhraseWatch:
+    """The "phrase" part of :class:`RewardHacking`: within each step, the responses the reward
+    singles out far above the rest, pooled over ``window`` steps — when most of them share a phrase
+    (to several prompts and categories) that the other responses of those steps hardly contain, the
+    reward pays the phrase itself. Needs no reference steps, so it sees a reward model that pays a
+    template from the first step (the "paid" rule compares with earlier steps)."""
+
+    def __init__(self, cfg: RewardHackingConfig) -> None:
+        self.cfg = cfg
+        self._pool: deque[tuple[int, list, list[str]]] = deque(maxlen=cfg.window)
+
+    def update(self, view: StepView) -> Condition | None:
+        cfg = self.cfg
+        samples = [s for s in view.samples[:cfg.max_samples] if math.isfinite(s.reward)]
+        if len(samples) < 8:
+            return None
+        rewards = np.asarray([s.reward for s in samples], dtype=float)
+        spread = float(rewards.std())
+        if spread <= 0:
+            return None
+        bar = float(np.quantile(rewards, 0.9)) + cfg.phrase_gap * spread
+        singled = [s for s in samples if s.reward > bar]
+        rest = [s.response[:cfg.max_chars] for s in samples if s.reward <= bar]
+        self._pool.append((view.step, singled, rest))
+        return self._judge() if singled else None
+
+    def _judge(self) -> Condition | None:
+        cfg = self.cfg
+        singled = [s for _, chosen, _ in self._pool for s in chosen]
+        if len(singled) < cfg.phrase_min:
+            return None
+        gram, users = shared_ngram(singled, cfg)
+        if gram is None or users < cfg.phrase_min or 2 * users < len(singled):
+            return None
+        who = [s for s in singled if gram in s.response[:cfg.max_chars]]
+        if len({s.prompt_id or s.prompt for s in who}) < min(3, cfg.phrase_min):
+            return None
+        rest = [text for _, _, texts in self._pool for text in texts]
+        rest_share = sum(gram in text for text in rest) / max(len(rest), 1)
+        if rest_share > cfg.phrase_rest:
+            return None
+        rest_rewards = [s.reward for s in singled if s not in who]
+        paid = float(np.mean([s.reward for s in who]))
+        first = next(step for step, chosen, _ in self._pool
+                     if any(gram in s.response[:cfg.max_chars] for s in chosen))
+        evidence = {"singled_out": len(singled), "with_phrase": users, "ngram": gram,
+                    "rest_share": rest_share, "mean_reward_with_phrase": paid,
+                    "other_singled_mean": float(np.mean(rest_rewards)) if rest_rewards else None,
+                    "window": cfg.window, "gap_stds": cfg.phrase_gap,
+                    "examples": [{"reward": s.reward, "response": s.response[:200]}
+                                 for s in who[:3]],
+                    "signal": "reward per sample", "onset_step": first}
+        return Condition("yellow", f"the reward pays a phrase: {users} of the {len(singled)} "
+                         f"responses paid far above the rest of their step (last {cfg.window} "
+                         f"steps) contain {gram!r}, which {rest_share:.0%} of the other responses "
+                         "contain — a template the policy can learn to exploit", evidence,
+                         key="phrase",
+                         message_zh=f"奖励在为某个短语买单：最近 {cfg.window} 步中 {len(singled)} "
+                                    f"个远高于同步其他回答的高奖励回答里有 {users} 个包含 {gram!r}，"
+                                    f"其他回答中仅 {rest_share:.0%} 包含")
 
 
 def shared_ngram(samples: Sequence, cfg: RewardHackingConfig) -> tuple[str | None, int]:

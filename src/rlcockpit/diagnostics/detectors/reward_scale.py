@@ -11,7 +11,10 @@ Default thresholds: red when ``reward/std`` is ≥ ``factor`` (3; 5 before the c
 the new benchmark, where a reward scaled ×3 moved the spread 4.5× and was missed)× its reference
 median, or when the
 reward magnitude is ≥ ``factor``× its reference and ``reward/std`` ≥ ``factor`` / 2× its
-reference; after ``warmup`` (8) steps. The reference is frozen while the condition holds (the new
+reference; after ``warmup`` (8) steps. The reference is the ``window`` steps that end ``lag`` (8)
+steps before the current one: a scale growing over several steps (a ramp) is compared with its
+level before the ramp began (with the steps just before as reference, a ×20 scale reached over 15
+steps never stood 2× above the widest of its own previous steps and was missed). The reference is frozen while the condition holds (the new
 scale does not become "normal"), and rebuilt after ``rebase_after`` (30) steps of a lasting change.
 The reference spread is floored at ``floor_rel`` (0.1) × the reference reward magnitude, and
 the new spread must exceed ``over_max`` (2)× the widest spread of the reference steps: a run
@@ -44,6 +47,9 @@ class RewardScaleConfig(Config):
     window: int = option(20, help="Reference window (steps before the current one).",
                          range=(3, 10_000))
     warmup: int = option(8, help="Steps of reference needed before judging.", range=(3, 10_000))
+    lag: int = option(5, help="The reference ends this many steps before the current one, so a "
+                      "scale that grows over several steps (a ramp) is compared with its level "
+                      "before the ramp, not with the ramp's own first steps.", range=(1, 10_000))
     rebase_after: int = option(30, help="Steps of a lasting change after which its level becomes "
                                "the new reference.", range=(1, 100_000))
     over_max: float = option(2.0, help="... and the spread must exceed this × the widest spread "
@@ -68,10 +74,10 @@ class RewardScale(Detector):
     def __init__(self, config: RewardScaleConfig | None = None) -> None:
         super().__init__(config)
         cfg = self.config
-        self._std = Lagged(cfg.window, 1)
-        self._mag = Lagged(cfg.window, 1)
-        self._scale = Lagged(cfg.window, 1)
-        self._mean = Lagged(cfg.window, 1)
+        self._std = Lagged(cfg.window, cfg.lag)
+        self._mag = Lagged(cfg.window, cfg.lag)
+        self._scale = Lagged(cfg.window, cfg.lag)
+        self._mean = Lagged(cfg.window, cfg.lag)
         self._firing = 0
 
     def update(self, view: StepView) -> Condition | object | None:
@@ -119,9 +125,13 @@ class RewardScale(Detector):
         ratio = max(std_ratio, mag_ratio)
         return Condition(
             "red", f"reward scale jumped ×{ratio:.1f} (reward/std {std:.3g} vs "
-            f"{self._std.median:.3g} over the previous {len(self._std.reference)} steps)",
+            f"{self._std.median:.3g} over steps {self._ref_span()})",
             evidence, message_zh=f"奖励尺度突增 {ratio:.1f} 倍（reward/std {std:.3g}，"
             f"此前中位数 {self._std.median:.3g}）")
+
+    def _ref_span(self) -> str:
+        steps = self._std.reference.steps
+        return f"{int(steps[0])}-{int(steps[-1])}" if len(steps) else "-"
 
     def _onset(self, step: int) -> int:
         return step - self._firing
