@@ -25,8 +25,8 @@ def test_an_alert_opens_its_snapshot(fixture_store, serve, page):
     card.locator("a.snapshot-link").click()
     page.locator("#snapshot h2").wait_for()
     assert "step 25" in page.locator("#snapshot h2").inner_text()
-    for chart in ("snap-grad-hist", "snap-layer-var", "snap-head-cov", "snap-metrics"):
-        assert int(page.locator(f"#{chart}").get_attribute("data-points")) > 0, chart
+    for chart in ("#snap-grad-hist", "#snap-layer-var", "#snap-head-cov", "#snap-metrics .small-chart >> nth=0"):
+        assert int(page.locator(chart).get_attribute("data-points")) > 0, chart
     layers = page.evaluate("() => echarts.getInstanceByDom(document.getElementById('snap-layer-var')).getOption().yAxis[0].data")
     assert layers == ["embedding", "block_0", "block_1", "head"]
     rows = page.locator("#snap-batch-samples tbody tr")

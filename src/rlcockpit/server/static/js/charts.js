@@ -459,7 +459,7 @@ export function chartTools(chart, { onChange } = {}) {
   for (const v of [0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99]) {
     const o = document.createElement("option");
     o.value = String(v);
-    o.textContent = v === 0 ? t("chart.no_smoothing") : `EMA ${v}`;
+    o.textContent = v === 0 ? t("chart.no_smoothing") : `${t("line.ema")} ${v}`;
     sm.append(o);
   }
   const sync = () => {
@@ -467,7 +467,7 @@ export function chartTools(chart, { onChange } = {}) {
     if (![...sm.options].some((o) => Number(o.value) === cur)) {
       const o = document.createElement("option");
       o.value = String(cur);
-      o.textContent = `EMA ${cur}`;
+      o.textContent = `${t("line.ema")} ${cur}`;
       sm.append(o);
     }
     sm.value = String(cur);
@@ -557,15 +557,16 @@ export class HistogramHeatmap {
   }
 
   render() {
+    const st = styled();
     const { lo, width, cells, max } = rebin(this.items);
     const yLabels = Array.from({ length: BINS }, (_, i) => fmt(lo + (i + 0.5) * (width || 0), 2));
     this.chart.setOption({
       animation: false,
-      title: { text: this.title, left: 8, top: 4, textStyle: titleStyle },
+      title: { text: this.title, left: 8, top: 4, textStyle: st.titleStyle },
       tooltip: { confine: true, formatter: (p) => `${t("axis.step")} ${escapeHtml(this.items[p.data[0]].step)}<br>${escapeHtml(yLabels[p.data[1]])}: ${(p.data[2] * 100).toFixed(1)}%` },
       grid: { left: 52, right: 18, top: 34, bottom: 26 },
-      xAxis: { type: "category", data: this.items.map((it) => String(it.step)), axisLabel },
-      yAxis: { type: "category", data: yLabels, axisLabel: { ...axisLabel, interval: 3 } },
+      xAxis: { type: "category", data: this.items.map((it) => String(it.step)), axisLabel: st.axisLabel },
+      yAxis: { type: "category", data: yLabels, axisLabel: { ...st.axisLabel, interval: 3 } },
       visualMap: { show: false, min: 0, max: max || 1, inRange: { color: ["#f1f5f9", "#93c5fd", "#2563eb", "#1e3a8a"] } },
       series: [{ type: "heatmap", data: cells, progressive: 0 }],
     }, { notMerge: true });
@@ -579,6 +580,7 @@ export class HistogramHeatmap {
 
 // A plain matrix heatmap (snapshot views: per-layer gradient variance, head-gradient covariance).
 export function matrixHeatmap(el, { title, xLabels, yLabels, matrix, diverging = false }) {
+  const st = styled();
   const { chart, dispose } = baseChart(el);
   const cells = [];
   let lo = Infinity;
@@ -592,14 +594,15 @@ export function matrixHeatmap(el, { title, xLabels, yLabels, matrix, diverging =
   const bound = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
   chart.setOption({
     animation: false,
-    title: { text: title, left: 8, top: 4, textStyle: titleStyle },
+    title: { text: title, left: 8, top: 4, textStyle: st.titleStyle },
     tooltip: { confine: true, formatter: (p) => `${escapeHtml(yLabels[p.data[1]])} × ${escapeHtml(xLabels[p.data[0]])}: ${escapeHtml(fmt(p.data[2], 4))}` },
     grid: { left: 90, right: 60, top: 34, bottom: 40 },
-    xAxis: { type: "category", data: xLabels.map(String), axisLabel },
-    yAxis: { type: "category", data: yLabels.map(String), axisLabel },
+    xAxis: { type: "category", data: xLabels.map(String), axisLabel: st.axisLabel },
+    yAxis: { type: "category", data: yLabels.map(String), axisLabel: st.axisLabel },
+    // the colour bar's end labels in fmt(): tiny variances read 3.2e-5, not "0"
     visualMap: diverging
-      ? { min: -bound, max: bound, calculable: true, right: 0, top: 40, itemHeight: 80, inRange: { color: ["#2563eb", "#f8fafc", "#dc2626"] } }
-      : { min: Number.isFinite(lo) ? lo : 0, max: Number.isFinite(hi) ? hi : 1, calculable: true, right: 0, top: 40, itemHeight: 80, inRange: { color: ["#f1f5f9", "#fbbf24", "#dc2626"] } },
+      ? { min: -bound, max: bound, calculable: true, right: 0, top: 40, itemHeight: 80, formatter: (v) => fmt(v, 3), textStyle: { color: st.c.muted, fontSize: 10 }, inRange: { color: ["#2563eb", "#f8fafc", "#dc2626"] } }
+      : { min: Number.isFinite(lo) ? lo : 0, max: Number.isFinite(hi) && hi > lo ? hi : (Number.isFinite(lo) ? lo + 1 : 1), calculable: true, right: 0, top: 40, itemHeight: 80, formatter: (v) => fmt(v, 3), textStyle: { color: st.c.muted, fontSize: 10 }, inRange: { color: ["#f1f5f9", "#fbbf24", "#dc2626"] } },
     series: [{ type: "heatmap", data: cells }],
   });
   el.dataset.points = String(cells.length);
@@ -608,15 +611,16 @@ export function matrixHeatmap(el, { title, xLabels, yLabels, matrix, diverging =
 
 // A bar chart of one histogram (edges, counts).
 export function histogramBars(el, { title, edges, counts }) {
+  const st = styled();
   const { chart, dispose } = baseChart(el);
   const labels = counts.map((_, i) => fmt((edges[i] + edges[i + 1]) / 2, 3));
   chart.setOption({
     animation: false,
-    title: { text: title, left: 8, top: 4, textStyle: titleStyle },
+    title: { text: title, left: 8, top: 4, textStyle: st.titleStyle },
     tooltip: { trigger: "axis", confine: true },
     grid: { left: 52, right: 18, top: 34, bottom: 30 },
-    xAxis: { type: "category", data: labels, axisLabel },
-    yAxis: { type: "value", axisLabel },
+    xAxis: { type: "category", data: labels, axisLabel: st.axisLabel },
+    yAxis: { type: "value", axisLabel: st.axisLabel },
     series: [{ type: "bar", data: counts, itemStyle: { color: "#3b82f6" } }],
   });
   el.dataset.points = String(counts.length);
@@ -624,17 +628,19 @@ export function histogramBars(el, { title, edges, counts }) {
 }
 
 // Simple multi-line chart from {label: {steps, values}} (snapshot metric window, run comparison).
-export function simpleLines(el, { title, lines, group }) {
+export function simpleLines(el, { title, lines, group, legend = true }) {
+  const st = styled();
   const { chart, dispose } = baseChart(el);
   if (group) chart.group = group;
   chart.setOption({
     animation: false,
-    title: { text: title, left: 8, top: 4, textStyle: titleStyle },
-    legend: { top: 24, left: 8, type: "scroll", textStyle: { fontSize: 10 } },
+    title: { text: title, left: 8, top: 4, textStyle: st.titleStyle },
+    legend: { show: legend, top: 24, left: 8, type: "scroll", textStyle: { fontSize: 10, color: st.c.muted } },
     tooltip: { trigger: "axis", confine: true, valueFormatter: (v) => fmt(v, 4) },
-    grid: { left: 52, right: 18, top: 58, bottom: 26 },
-    xAxis: { type: "value", min: "dataMin", max: "dataMax", axisLabel, name: t("axis.step"), nameTextStyle: { fontSize: 10 } },
-    yAxis: { type: "value", scale: true, axisLabel },
+    grid: { left: 52, right: 18, top: legend ? 58 : 34, bottom: 34 },
+    xAxis: { type: "value", min: "dataMin", max: "dataMax", minInterval: 1, nameLocation: "middle", nameGap: 20,
+      axisLabel: { ...st.axisLabel, formatter: (v) => (Number.isInteger(v) ? String(v) : "") }, name: t("axis.step"), nameTextStyle: { fontSize: 10, color: st.c.muted } },
+    yAxis: { type: "value", scale: true, axisLabel: st.axisLabel },
     dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }],
     series: Object.entries(lines).map(([label, s], i) => ({
       type: "line", name: label, showSymbol: s.steps.length < 60, symbolSize: 4,

@@ -7,6 +7,7 @@ import { stepRate } from "./stats.js";
 import { clear, fmt, h } from "./ui.js";
 
 const ALERT_SEVERITIES = ["yellow", "orange", "red", "black"];
+const HEADER_CHIPS = 3; // newest alerts shown as chips; the rest as "+N" (the header stays one row at 1440 px)
 const SEV_RANK = { info: 0, yellow: 1, orange: 2, red: 3, black: 4 };
 
 function phaseName(phase) {
@@ -111,9 +112,14 @@ export class RunHeader {
   alertsNode() {
     const box = h("span", { class: "hdr-alerts", id: "hdr-alerts" });
     if (!this.alerts.length) box.append(h("span", { class: "muted", text: t("header.no_alerts") }));
-    for (const a of this.alerts) {
+    const shown = this.alerts.slice(0, HEADER_CHIPS);
+    for (const a of shown) {
       box.append(h("a", { class: `chip sev-${a.severity}`, href: runHref(this.run.run_id, "alerts"),
-        title: a.message, text: `${t(`sev.${a.severity}`)} · ${a.detector} @${a.step}` }));
+        title: `${a.message} (${t("axis.step")} ${a.step})`, text: `${t(`sev.${a.severity}`)} · ${a.detector} @${a.step}` }));
+    }
+    if (this.alerts.length > shown.length) {
+      box.append(h("a", { class: "chip more", href: runHref(this.run.run_id, "alerts"), title: t("header.more_alerts_help"),
+        text: `+${this.alerts.length - shown.length}` }));
     }
     return box;
   }

@@ -52,6 +52,14 @@ export function pick(obj, field) {
   return "";
 }
 
+// A value's label: t(`${kind}.${value}`) when the dictionary has it (category.math, flag.truncated,
+// component.correctness), else the value itself (a run's own category or flag stays as logged).
+export function label(kind, value) {
+  const key = `${kind}.${value}`;
+  const text = DICTS[current][key] ?? DICTS.en[key];
+  return text === undefined ? String(value) : text;
+}
+
 export function extend(dicts) {
   for (const code of ["en", "zh"]) Object.assign(DICTS[code], dicts[code] || {});
 }

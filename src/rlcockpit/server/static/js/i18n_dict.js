@@ -50,6 +50,12 @@ export const EN = {
   "line.value_clip": "value clip", "line.truncated": "truncated", "line.eos": "ended with EOS",
   "line.grad_actor": "actor", "line.grad_critic": "critic",
   "category.math": "math", "category.knowledge": "knowledge", "category.safety": "safety", "category.chat": "chat",
+  "flag.truncated": "truncated", "flag.format_error": "format error", "flag.fact_error": "fact error",
+  "flag.over_refusal": "over-refusal", "flag.unsafe_compliance": "unsafe compliance", "flag.filler": "filler",
+  "flag.off_topic": "off topic", "flag.empty": "empty", "flag.nonfinite_reward": "non-finite reward",
+  "flag.low_confidence": "low confidence", "flag.rule_violation": "rule violation",
+  "component.correctness": "correctness", "component.format": "format", "component.harmlessness": "harmlessness",
+  "component.helpfulness": "helpfulness", "header.more_alerts_help": "More alerts: open the alerts page",
 
   "samples.step_min": "From step", "samples.step_max": "To step", "samples.category": "Category",
   "samples.any_category": "any", "samples.reward_min": "Reward ≥", "samples.reward_max": "Reward ≤",
@@ -94,7 +100,7 @@ export const EN = {
 
   "snapshot.title": "Snapshot", "snapshot.grad_hist": "Gradient-norm histogram (last {n} steps)",
   "snapshot.layer_var": "Per-layer gradient variance", "snapshot.head_cov": "Policy-head / critic-head gradient covariance",
-  "snapshot.metric_window": "Metric window", "snapshot.batch": "Triggering batch", "snapshot.last_samples": "Last samples",
+  "snapshot.batch_only": "This snapshot saved only the batch that triggered it (the orange tier's save_batch): no gradient or metric charts; its samples are below.", "snapshot.metric_window": "Metric window", "snapshot.batch": "Triggering batch", "snapshot.last_samples": "Last samples",
   "snapshot.config": "Config at the time", "snapshot.truncated": "Payload shortened",
   "snapshot.no_grad": "No gradient window in this snapshot", "snapshot.no_layers": "No per-layer gradients in this snapshot",
   "snapshot.no_cov": "No head-gradient covariance in this snapshot", "snapshot.no_metrics": "No metric window in this snapshot",
@@ -166,6 +172,12 @@ export const ZH = {
   "line.length_mean": "平均长度", "line.length_max": "最大长度", "line.policy_clip": "策略裁剪",
   "line.value_clip": "价值裁剪", "line.truncated": "被截断", "line.eos": "以 EOS 结束",
   "line.grad_actor": "Actor", "line.grad_critic": "Critic",
+  "flag.truncated": "被截断", "flag.format_error": "格式错误", "flag.fact_error": "事实错误",
+  "flag.over_refusal": "过度拒答", "flag.unsafe_compliance": "不安全的服从", "flag.filler": "废话填充",
+  "flag.off_topic": "离题", "flag.empty": "空回答", "flag.nonfinite_reward": "奖励非有限值",
+  "flag.low_confidence": "低置信度", "flag.rule_violation": "违反规则",
+  "component.correctness": "正确性", "component.format": "格式", "component.harmlessness": "无害性",
+  "component.helpfulness": "有用性", "header.more_alerts_help": "更多告警：打开告警页",
   "category.math": "数学", "category.knowledge": "知识", "category.safety": "安全", "category.chat": "对话",
 
   "samples.step_min": "起始步", "samples.step_max": "结束步", "samples.category": "类别",
@@ -211,7 +223,7 @@ export const ZH = {
 
   "snapshot.title": "快照", "snapshot.grad_hist": "梯度范数直方图（最近 {n} 步）",
   "snapshot.layer_var": "各层梯度方差热力图", "snapshot.head_cov": "策略头 / Critic 头梯度协方差矩阵",
-  "snapshot.metric_window": "指标窗口", "snapshot.batch": "触发批次", "snapshot.last_samples": "最近样本",
+  "snapshot.batch_only": "这个快照只保存了触发它的批次（橙色级别的 save_batch）：没有梯度和指标图表，见下方的样本。", "snapshot.metric_window": "指标窗口", "snapshot.batch": "触发批次", "snapshot.last_samples": "最近样本",
   "snapshot.config": "当时的配置", "snapshot.truncated": "载荷已截短",
   "snapshot.no_grad": "该快照没有梯度窗口", "snapshot.no_layers": "该快照没有逐层梯度",
   "snapshot.no_cov": "该快照没有头部梯度协方差", "snapshot.no_metrics": "该快照没有指标窗口",

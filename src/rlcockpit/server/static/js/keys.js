@@ -14,9 +14,13 @@ export function installShortcuts(getRunId) {
   document.addEventListener("keydown", (e) => {
     if (e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) return;
     const runId = getRunId();
-    if (RUN_VIEWS[e.key] && runId) navigate(runHref(runId, RUN_VIEWS[e.key]));
-    else if (GLOBAL_VIEWS[e.key]) navigate(globalHref(GLOBAL_VIEWS[e.key]));
-    else if (e.key === "/") {
+    if (RUN_VIEWS[e.key] && runId) {
+      e.preventDefault(); // else the key is typed into the field the new page focuses (the library search)
+      navigate(runHref(runId, RUN_VIEWS[e.key]));
+    } else if (GLOBAL_VIEWS[e.key]) {
+      e.preventDefault();
+      navigate(globalHref(GLOBAL_VIEWS[e.key]));
+    } else if (e.key === "/") {
       const field = document.querySelector("#library-q, #f-text");
       if (!field) return;
       e.preventDefault();

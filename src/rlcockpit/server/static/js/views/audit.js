@@ -56,7 +56,10 @@ class AuditPage {
     this.verifyResult.textContent = "…";
     try {
       const res = await control.audit({ limit: 1, check: true });
-      this.verifyResult.textContent = res.verify.message;
+      const v = res.verify;
+      this.verifyResult.textContent = v.ok ? t("ctl.verify_ok", { n: v.entries })
+        : t("ctl.verify_broken", { n: v.entries, seq: v.broken_seq ?? "?" });
+      this.verifyResult.title = v.message;
       this.verifyResult.className = res.verify.ok ? "ok" : "error-message";
       this.verifyResult.dataset.ok = String(res.verify.ok);
     } catch (err) {

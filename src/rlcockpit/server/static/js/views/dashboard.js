@@ -2,7 +2,7 @@
 // stream, linked zoom and a shared tooltip across the step charts, a click opens that step's samples.
 import { api } from "../api.js";
 import { chartTools, GROUP, HistogramHeatmap, StepChart } from "../charts.js";
-import { t } from "../i18n.js";
+import { label, t } from "../i18n.js";
 import { registerView, runHref } from "../router.js";
 import { clear, fmt, h } from "../ui.js";
 import { CHARTS, HEATMAPS, seriesNames } from "./dashboard_specs.js";
@@ -325,7 +325,7 @@ function renderLatestSamples(box, items, runId) {
     list.append(h("li", {},
       h("a", { href: runHref(runId, "samples", [s.step, s.sample_id]) },
         h("span", { class: "pill", text: `${t("axis.step")} ${s.step}` }),
-        s.category ? h("span", { class: "pill cat", text: s.category }) : null,
+        s.category ? h("span", { class: "pill cat", text: label("category", s.category) }) : null,
         h("span", { class: "reward", text: `${t("sample.reward")} ${fmt(s.reward, 3)}` }),
         h("div", { class: "preview", text: (s.response || "").slice(0, 140) }))));
   }

@@ -1,5 +1,6 @@
 // What each dashboard chart shows (metric names: docs/metrics.md). lines(data, opts, t) turns the
 // fetched series into drawn lines; derived lines (EMA, moving average, P90) are computed here.
+import { label } from "../i18n.js";
 import { ema, movingAverage, rollingQuantile } from "../stats.js";
 
 // KL warning line: the yellow tier starts at 1.5 x the target KL (DESIGN.md §6).
@@ -56,7 +57,7 @@ function categoryLines(data, opts, t) {
   const out = [];
   for (const [name, d] of [...data.entries()].sort()) {
     const m = name.match(/^reward\/category\/(.+)\/mean$/);
-    if (m && d.steps.length) out.push({ name, label: t(`category.${m[1]}`) === `category.${m[1]}` ? m[1] : t(`category.${m[1]}`), steps: d.steps, values: d.values, walls: d.walls });
+    if (m && d.steps.length) out.push({ name, label: label("category", m[1]), steps: d.steps, values: d.values, walls: d.walls });
   }
   return out;
 }

@@ -21,7 +21,7 @@ function searchBox(ctx, q) {
 
 function examples(ctx) {
   return h("div", { class: "examples muted" }, `${t("library.try")} `,
-    [...EXAMPLES.en, ...EXAMPLES.zh].map((x) => [h("a", { class: "chip", href: globalHref("library", [], { q: x }), text: x }), " "]));
+    EXAMPLES[lang() === "zh" ? "zh" : "en"].map((x) => [h("a", { class: "chip", href: globalHref("library", [], { q: x }), text: x }), " "]));
 }
 
 function results(ctx, items) {

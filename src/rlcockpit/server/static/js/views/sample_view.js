@@ -1,7 +1,7 @@
 // One sample, opened from any chart, list or snapshot (seed 000 §2): prompt, response, the final
 // reward and each reward component, how they became the advantage, and the response tokens coloured
 // by their KL to the reference model (hover: logprob vs reference logprob).
-import { t } from "../i18n.js";
+import { label, t } from "../i18n.js";
 import { clear, fmt, h } from "../ui.js";
 
 // Colour of one token's KL: red when the policy puts more mass on it than the reference (KL > 0),
@@ -68,7 +68,7 @@ export function tokenView(s) {
 function numbers(s) {
   const rows = [
     ["sample.final_reward", s.reward],
-    ...Object.entries(s.components || {}).map(([k, v]) => [`${t("sample.component")}: ${k}`, v, true]),
+    ...Object.entries(s.components || {}).map(([k, v]) => [`${t("sample.component")}: ${label("component", k)}`, v, true]),
     ["sample.uncertainty", s.uncertainty],
     ["sample.value", s.value],
     ["sample.advantage", s.advantage],
@@ -89,7 +89,7 @@ function componentBars(s) {
   if (!entries.length) return null;
   const max = Math.max(1e-9, ...entries.map(([, v]) => Math.abs(v ?? 0)));
   return h("div", { class: "bars" }, entries.map(([k, v]) => h("div", { class: "bar-row" },
-    h("span", { class: "bar-label", text: k }),
+    h("span", { class: "bar-label", title: k, text: label("component", k) }),
     h("span", { class: "bar-track" }, h("span", { class: `bar ${v < 0 ? "neg" : ""}`, style: { width: `${(Math.abs(v ?? 0) / max) * 100}%` } })),
     h("span", { class: "bar-value", text: fmt(v, 3) }))));
 }
@@ -98,10 +98,10 @@ export function sampleView(s) {
   return h("article", { class: "sample-view", id: "sample-view", dataset: { step: String(s.step), sampleId: String(s.sample_id) } },
     h("h3", { class: "panel-title", text: `${t("sample.title")} · ${t("axis.step")} ${s.step} · #${s.sample_id}` }),
     h("div", { class: "meta" },
-      s.category ? h("span", { class: "pill cat", text: s.category }) : null,
+      s.category ? h("span", { class: "pill cat", text: label("category", s.category) }) : null,
       s.prompt_id ? h("span", { class: "pill", text: `${t("sample.prompt_id")} ${s.prompt_id}` }) : null,
       h("span", { class: "pill", text: `${t("sample.group")} ${s.group_id}` }),
-      (s.flags || []).map((f) => h("span", { class: "pill flag", text: f }))),
+      (s.flags || []).map((f) => h("span", { class: "pill flag", title: f, text: label("flag", f) }))),
     h("h4", { text: t("sample.prompt") }), h("pre", { class: "text prompt", text: s.prompt }),
     h("h4", { text: t("sample.response") }), h("pre", { class: "text response", text: s.response }),
     h("h4", { text: t("sample.scores") }), componentBars(s), numbers(s),

@@ -1,7 +1,7 @@
 // The sample explorer: filters (step range, category, reward range, flags, text) kept in the URL,
 // a paginated list from /samples, and the selected sample with its token-level KL.
 import { api } from "../api.js";
-import { t } from "../i18n.js";
+import { label, t } from "../i18n.js";
 import { registerView, runHref } from "../router.js";
 import { clear, fmt, h, withStates } from "../ui.js";
 import { sampleView } from "./sample_view.js";
@@ -23,7 +23,7 @@ function field(name, labelKey, attrs = {}) {
 
 function filterForm(ctx, filters, categories) {
   const category = h("select", { name: "category", id: "f-category" }, h("option", { value: "", text: t("samples.any_category") }),
-    categories.map((c) => h("option", { value: c, selected: c === filters.category, text: c })));
+    categories.map((c) => h("option", { value: c, selected: c === filters.category, text: label("category", c) })));
   const form = h("form", { class: "filters", id: "sample-filters" },
     field("step_min", "samples.step_min", { type: "number", value: filters.step_min ?? "" }),
     field("step_max", "samples.step_max", { type: "number", value: filters.step_max ?? "" }),
@@ -54,9 +54,9 @@ function listTable(ctx, page, filters, selected) {
     const isSel = selected && String(s.step) === selected[0] && String(s.sample_id) === selected[1];
     body.append(h("tr", { class: `clickable${isSel ? " selected" : ""}`, dataset: { step: String(s.step), sampleId: String(s.sample_id) },
       onclick: () => ctx.navigate(runHref(ctx.runId, "samples", [s.step, s.sample_id], filters)) },
-      h("td", { text: String(s.step) }), h("td", { text: String(s.sample_id) }), h("td", { text: s.category || "—" }),
+      h("td", { text: String(s.step) }), h("td", { text: String(s.sample_id) }), h("td", { text: s.category ? label("category", s.category) : "—" }),
       h("td", { text: fmt(s.reward, 3) }), h("td", { text: fmt(s.advantage, 3) }), h("td", { text: String(s.length) }),
-      h("td", { text: (s.flags || []).join(", ") || "—" }), h("td", { class: "preview", text: (s.response || "").slice(0, 80) })));
+      h("td", { text: (s.flags || []).map((f) => label("flag", f)).join(", ") || "—" }), h("td", { class: "preview", text: (s.response || "").slice(0, 80) })));
   }
   table.append(body);
   return table;

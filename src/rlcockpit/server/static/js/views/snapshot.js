@@ -1,7 +1,7 @@
 // One diagnostic snapshot (seed 000 §2, DESIGN.md §6): gradient-norm histogram, per-layer gradient
 // variance heatmap, head-gradient covariance, the metric window, the triggering batch, last samples.
 import { api } from "../api.js";
-import { t } from "../i18n.js";
+import { label, t } from "../i18n.js";
 import { histogramBars, matrixHeatmap, simpleLines } from "../charts.js";
 import { registerView, runHref } from "../router.js";
 import { clear, fmt, h, severityBadge, withStates } from "../ui.js";
@@ -38,8 +38,8 @@ function sampleTable(samples, detail, idPrefix) {
   const tbody = h("tbody");
   for (const s of samples) {
     tbody.append(h("tr", { class: "clickable", onclick: () => { clear(detail).append(sampleView(s)); detail.scrollIntoView({ block: "nearest" }); } },
-      h("td", { text: String(s.step) }), h("td", { text: String(s.sample_id) }), h("td", { text: s.category || "—" }),
-      h("td", { text: fmt(s.reward, 3) }), h("td", { text: (s.flags || []).join(", ") || "—" }),
+      h("td", { text: String(s.step) }), h("td", { text: String(s.sample_id) }), h("td", { text: s.category ? label("category", s.category) : "—" }),
+      h("td", { text: fmt(s.reward, 3) }), h("td", { text: (s.flags || []).map((f) => label("flag", f)).join(", ") || "—" }),
       h("td", { class: "preview", text: (s.response || "").slice(0, 80) })));
   }
   return h("table", { class: "list", id: `${idPrefix}-samples` },
@@ -62,6 +62,28 @@ function header(ctx, snap, f) {
     f.message ? h("div", { class: "finding-msg", text: f.message }) : null);
 }
 
+// A "batch" snapshot (the orange tier's save_batch) holds only the triggering batch: no chart panels.
+function hasCharts(p) {
+  return ["grad_norm_hist", "layer_grad_var", "head_grad_cov", "metric_window"].some((k) => p[k] !== undefined && p[k] !== null);
+}
+
+// The metric window as small multiples, one chart per metric: kl/mean at 27 and a clip fraction
+// near 0 on one axis would flatten the second.
+function metricWindow(grid, lines, disposers) {
+  const names = Object.keys(lines);
+  if (!names.length) return grid.append(h("section", { class: "chart-box" }, emptyNote("snapshot.no_metrics")));
+  const box = h("section", { class: "chart-box snap-metrics", id: "snap-metrics" },
+    h("h3", { class: "panel-title pad", text: t("snapshot.metric_window") }));
+  const multiples = h("div", { class: "small-multiples" });
+  box.append(multiples);
+  grid.append(box);
+  for (const name of names) {
+    const el = h("div", { class: "chart small-chart", dataset: { metric: name } });
+    multiples.append(el);
+    disposers.push(simpleLines(el, { title: name, lines: { [name]: lines[name] }, legend: false }).dispose);
+  }
+}
+
 function charts(grid, p, disposers) {
   const hist = p.grad_norm_hist;
   chartSection(grid, "snap-grad-hist", hist && hist.counts && hist.counts.length, "snapshot.no_grad",
@@ -72,17 +94,19 @@ function charts(grid, p, disposers) {
   const cov = p.head_grad_cov;
   chartSection(grid, "snap-head-cov", cov && cov.matrix && cov.matrix.length, "snapshot.no_cov",
     (el) => matrixHeatmap(el, { title: t("snapshot.head_cov"), xLabels: cov.labels, yLabels: cov.labels, matrix: cov.matrix, diverging: true }), disposers);
-  const lines = metricLines(p.metric_window);
-  chartSection(grid, "snap-metrics", Object.keys(lines).length, "snapshot.no_metrics",
-    (el) => simpleLines(el, { title: t("snapshot.metric_window"), lines }), disposers);
+  metricWindow(grid, metricLines(p.metric_window), disposers);
 }
 
 function render(root, ctx, snap, disposers) {
   const p = snap.payload || {};
   root.append(header(ctx, snap, p.finding || {}));
-  const grid = h("div", { class: "snapshot-grid" });
-  root.append(grid);
-  charts(grid, p, disposers);
+  if (hasCharts(p)) {
+    const grid = h("div", { class: "snapshot-grid" });
+    root.append(grid);
+    charts(grid, p, disposers);
+  } else {
+    root.append(h("p", { class: "banner", id: "snap-batch-only", text: t("snapshot.batch_only") }));
+  }
   const detail = h("div", { class: "snapshot-sample" });
   root.append(h("h3", { text: t("snapshot.batch") }), sampleTable(p.batch, detail, "snap-batch"),
     h("h3", { text: t("snapshot.last_samples") }), sampleTable(p.last_samples, detail, "snap-last"), detail);

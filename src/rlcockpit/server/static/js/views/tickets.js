@@ -6,6 +6,7 @@ import { clear, errorState, fmt, h, loading } from "../ui.js";
 import { changeText, control, controlAvailable, fmtValue, signInPanel, statusChip } from "./control_common.js";
 
 const REFRESH_MS = 2000;
+export const NO_EFFECT_P = 0.05;
 const COMMANDS = ["pause", "resume", "stop", "checkpoint", "rollback"];
 
 class TicketsPage {
@@ -80,6 +81,25 @@ class TicketsPage {
     if (note) box.insertBefore(h("div", { class: "banner", id: "ctl-prefill", dataset: { param: pre.param }, text: note }), box.children[1]);
   }
 
+  // The form's "current value" of every parameter, re-read after the queue changed (what the user
+  // typed and picked stays).
+  async refreshCurrentValues() {
+    const select = this.requestBox.querySelector("#ctl-param");
+    if (!select) return;
+    let live;
+    try {
+      live = await control.live(this.ctx.runId);
+    } catch {
+      return;
+    }
+    if (!live.current) return;
+    const { specs, values } = live.current;
+    for (const o of select.options) {
+      if (specs[o.value]) o.textContent = `${o.value} — ${t("ctl.current", { value: fmtValue(values[o.value]), lo: fmt(specs[o.value].lo), hi: fmt(specs[o.value].hi) })}`;
+    }
+    select.dataset.version = String(live.current.version ?? "");
+  }
+
   commandPanel() {
     const select = h("select", { id: "ctl-command", style: { width: "230px" } }, COMMANDS.map((c) => h("option", { value: c, text: t(`ctl.cmd_${c}`) })));
     const step = h("input", { id: "ctl-rollback-step", type: "number", min: "0", class: "num" });
@@ -115,6 +135,7 @@ class TicketsPage {
     }
     const signature = JSON.stringify(items.map((x) => [x.ticket_id, x.status, x.updated_at]));
     if (signature === this.signature) return;
+    if (this.signature) this.refreshCurrentValues(); // a change may have been applied: new current values
     this.signature = signature;
     const box = clear(this.queueBox);
     box.append(h("h3", { class: "panel-title", text: t("ctl.queue") }));
@@ -191,7 +212,12 @@ function effectText(x) {
   if (x.status === "applied" && x.kind === "param") return t("ctl.effect_wait");
   if (e.ks_pvalue === undefined || e.ks_pvalue === null) return x.error || "";
   const dv = e.reward_var_change === null || e.reward_var_change === undefined ? "—" : `${(100 * e.reward_var_change).toFixed(0)}%`;
-  return t("ctl.effect", { p: fmt(e.ks_pvalue), dm: fmt(e.reward_mean_delta), dv });
+  const parts = [t("ctl.effect", { p: fmt(e.ks_pvalue), dm: fmt(e.reward_mean_delta), dv })];
+  // KS p >= 0.05: the validation rewards before and after are not distinguishable (seed 002 §5)
+  if (e.ks_pvalue >= NO_EFFECT_P) parts.push(t("ctl.no_effect"));
+  const kl = e.windows && e.windows["kl/mean"];
+  if (kl && kl.after !== null && kl.after !== undefined) parts.push(t("ctl.kl_window", { before: fmt(kl.before), after: fmt(kl.after) }));
+  return parts.join(" · ");
 }
 
 // only when the server runs the control plane (a read-only server gets no tab it cannot serve)
