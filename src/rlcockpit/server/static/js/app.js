@@ -9,6 +9,7 @@ import * as i18n from "./i18n.js";
 import { installShortcuts } from "./keys.js";
 import { LiveRun } from "./live.js";
 import * as router from "./router.js";
+import * as theme from "./theme.js";
 import { consumeSigninLink, mountUser } from "./signin.js";
 import { clear, errorState, h, loading } from "./ui.js";
 import "./views/dashboard.js";
@@ -23,7 +24,7 @@ const { t } = i18n;
 const state = { runId: null, live: null, summary: null, header: null, cleanup: null, runs: [], seq: 0 };
 
 // The public extension API (also importable as ES modules).
-window.rlcockpit = { registerView: router.registerView, navigate: router.navigate, charts, i18n, api, setToken, state };
+window.rlcockpit = { registerView: router.registerView, navigate: router.navigate, charts, i18n, api, setToken, state, theme };
 
 function shell() {
   const root = document.getElementById("app");
@@ -35,6 +36,8 @@ function shell() {
       h("span", { id: "run-header", class: "run-header" }),
       h("span", { class: "spacer" }),
       h("span", { id: "user-slot" }),
+      h("button", { class: "btn theme-toggle", id: "theme-toggle", title: t("header.theme_help"), onclick: () => theme.toggleTheme(),
+        text: theme.theme() === "dark" ? `☀ ${t("header.theme_light")}` : `☾ ${t("header.theme_dark")}` }),
       h("button", { class: "btn lang-toggle", id: "lang-toggle", title: t("header.lang_help"),
         onclick: () => i18n.setLang(i18n.lang() === "zh" ? "en" : "zh"), text: t("header.lang_switch") })),
     h("nav", { class: "tabs", id: "tabs" }),
@@ -150,11 +153,13 @@ async function main() {
   for (const path of EXTENSIONS) await import(path);
   shell();
   mountUser();
-  i18n.onLangChange(() => {
+  const redraw = () => {
     shell();
     mountUser();
     show();
-  });
+  };
+  i18n.onLangChange(redraw);
+  theme.onThemeChange(redraw); // charts take their colours from the theme when drawn
   router.onViewsChange(() => state.runId !== undefined && document.getElementById("tabs") && renderTabs(router.parseHash()));
   window.addEventListener("hashchange", show);
   installShortcuts(() => state.runId);

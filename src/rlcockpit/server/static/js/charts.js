@@ -295,7 +295,7 @@ export class StepChart {
   xAxisOption(st) {
     const mode = this.xMode;
     const base = { min: "dataMin", max: "dataMax", axisLabel: st.axisLabel, nameLocation: "middle", nameGap: 20,
-      nameTextStyle: { fontSize: 10, color: st.c.muted } };
+      nameTextStyle: { fontSize: 10, color: st.c.muted }, splitLine: { lineStyle: { color: st.c.grid } } };
     if (mode === "wall") return { ...base, type: "time", name: t("axis.wall") };
     if (mode === "rel") return { ...base, type: "value", name: t("axis.rel"), axisLabel: { ...st.axisLabel, formatter: (v) => duration(v) } };
     // integer step ticks: a zoomed axis never shows step 12.4
@@ -567,7 +567,7 @@ export class HistogramHeatmap {
       grid: { left: 52, right: 18, top: 34, bottom: 26 },
       xAxis: { type: "category", data: this.items.map((it) => String(it.step)), axisLabel: st.axisLabel },
       yAxis: { type: "category", data: yLabels, axisLabel: { ...st.axisLabel, interval: 3 } },
-      visualMap: { show: false, min: 0, max: max || 1, inRange: { color: ["#f1f5f9", "#93c5fd", "#2563eb", "#1e3a8a"] } },
+      visualMap: { show: false, min: 0, max: max || 1, inRange: { color: [st.c.grid, "#93c5fd", "#2563eb", "#1e3a8a"] } },
       series: [{ type: "heatmap", data: cells, progressive: 0 }],
     }, { notMerge: true });
     this.el.dataset.points = String(this.items.length);
@@ -639,8 +639,9 @@ export function simpleLines(el, { title, lines, group, legend = true }) {
     tooltip: { trigger: "axis", confine: true, valueFormatter: (v) => fmt(v, 4) },
     grid: { left: 52, right: 18, top: legend ? 58 : 34, bottom: 34 },
     xAxis: { type: "value", min: "dataMin", max: "dataMax", minInterval: 1, nameLocation: "middle", nameGap: 20,
-      axisLabel: { ...st.axisLabel, formatter: (v) => (Number.isInteger(v) ? String(v) : "") }, name: t("axis.step"), nameTextStyle: { fontSize: 10, color: st.c.muted } },
-    yAxis: { type: "value", scale: true, axisLabel: st.axisLabel },
+      axisLabel: { ...st.axisLabel, formatter: (v) => (Number.isInteger(v) ? String(v) : "") }, name: t("axis.step"), nameTextStyle: { fontSize: 10, color: st.c.muted },
+      splitLine: { lineStyle: { color: st.c.grid } } },
+    yAxis: { type: "value", scale: true, axisLabel: st.axisLabel, splitLine: { lineStyle: { color: st.c.grid } } },
     dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }],
     series: Object.entries(lines).map(([label, s], i) => ({
       type: "line", name: label, showSymbol: s.steps.length < 60, symbolSize: 4,

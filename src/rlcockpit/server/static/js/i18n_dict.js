@@ -6,7 +6,8 @@ export const EN = {
 
   "header.run": "Run", "header.pick_run": "Pick a run…", "header.step": "Step", "header.phase": "Phase",
   "header.step_rate": "Rate", "header.step_rate_help": "Steps per second over the last 20 steps",
-  "header.no_alerts": "No alerts", "header.lang_switch": "中文", "header.lang_help": "切换到中文 / switch to Chinese",
+  "header.no_alerts": "No alerts", "header.theme_dark": "Dark", "header.theme_light": "Light",
+  "header.theme_help": "Switch between the light and the dark theme (by default the page follows the browser)", "header.lang_switch": "中文", "header.lang_help": "切换到中文 / switch to Chinese",
 
   "status.running": "running", "status.finished": "finished", "status.failed": "failed", "status.crashed": "crashed",
   "status.stopped": "stopped",
@@ -129,7 +130,8 @@ export const ZH = {
 
   "header.run": "运行", "header.pick_run": "选择运行…", "header.step": "步", "header.phase": "阶段",
   "header.step_rate": "速度", "header.step_rate_help": "最近 20 步的每秒步数",
-  "header.no_alerts": "无告警", "header.lang_switch": "English", "header.lang_help": "Switch to English / 切换到英文",
+  "header.no_alerts": "无告警", "header.theme_dark": "深色", "header.theme_light": "浅色",
+  "header.theme_help": "在浅色和深色主题之间切换（默认跟随浏览器）", "header.lang_switch": "English", "header.lang_help": "Switch to English / 切换到英文",
 
   "status.running": "运行中", "status.finished": "已完成", "status.failed": "失败", "status.crashed": "崩溃",
   "status.stopped": "已停止",
