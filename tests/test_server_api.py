@@ -52,6 +52,8 @@ def test_health_and_runs(client, store_uri):
     assert set(items[1]) == {"run_id", "project", "name", "status", "started_at", "ended_at",
                              "last_step", "heartbeat_at"}
     assert items[1]["status"] == "finished" and items[1]["last_step"] == STEPS - 1
+    with_config = ok(client, "/api/runs?config=true")["items"]
+    assert with_config[1]["config"] == {"lr": 1e-5} and set(with_config[1]) == set(items[1]) | {"config"}
 
 
 def test_run_summary(client):

@@ -79,7 +79,8 @@ def test_runs_list_compares_two_runs(tmp_path, serve, page):
     assert charts.count() == 4
     reward = page.locator("#compare-charts .chart[data-metric='reward/mean']")
     counts = reward.evaluate("el => echarts.getInstanceByDom(el).getOption().series.map((s) => [s.name, s.data.length])")
-    assert sorted(counts) == sorted([[first, 12], [second, 20]])
+    # legends by run name; both runs are named "fixture-run", so the id tells them apart
+    assert sorted(counts) == sorted([[f"fixture-run · {first}", 12], [f"fixture-run · {second}", 20]])
     page.goto(f"{server.url}/#/run/{first}/samples")
     page.locator("#sample-list").wait_for()
     page.locator("#run-picker").select_option(second)  # the picker keeps the current page

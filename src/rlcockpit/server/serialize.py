@@ -13,9 +13,10 @@ RUN_LIST_FIELDS = ("run_id", "project", "name", "status", "started_at", "ended_a
 TOKEN_ARRAYS = ("tokens", "logprobs", "ref_logprobs", "token_kl")
 
 
-def run_item(run: RunInfo) -> dict[str, Any]:
-    """A run in the runs list (no config: it can be large)."""
-    return json_safe({k: getattr(run, k) for k in RUN_LIST_FIELDS})
+def run_item(run: RunInfo, *, config: bool = False) -> dict[str, Any]:
+    """A run in the runs list (the config only when asked: it can be large)."""
+    fields = (*RUN_LIST_FIELDS, "config") if config else RUN_LIST_FIELDS
+    return json_safe({k: getattr(run, k) for k in fields})
 
 
 def series_dict(series: Series) -> dict[str, Any]:

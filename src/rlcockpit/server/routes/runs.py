@@ -36,8 +36,11 @@ def health(settings: Settings) -> SafeJSONResponse:
 
 
 @router.get("/runs", summary="Every run in the store, newest first")
-def list_runs(reader: Reader) -> SafeJSONResponse:
-    return json_response({"items": [run_item(r) for r in reader.list_runs()]})
+def list_runs(reader: Reader,
+              config: Annotated[bool, Query(description="include each run's config (the runs "
+                                                         "table's config columns and diff)")] = False,
+              ) -> SafeJSONResponse:
+    return json_response({"items": [run_item(r, config=config) for r in reader.list_runs()]})
 
 
 @router.get("/runs/{run}", summary="One run: info and config, step range, metric and histogram "

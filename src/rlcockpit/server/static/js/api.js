@@ -71,7 +71,7 @@ const enc = encodeURIComponent;
 // Thin helpers for the read API; names follow the routes.
 export const api = {
   health: () => get("/health"),
-  runs: () => get("/runs"),
+  runs: (opts = {}) => get("/runs", opts),
   run: (run) => get(`/runs/${enc(run)}`),
   series: (run, names, opts = {}) => get(`/runs/${enc(run)}/series`, { names, max_points: 1000, ...opts }),
   latest: (run, names) => get(`/runs/${enc(run)}/latest`, { names }),

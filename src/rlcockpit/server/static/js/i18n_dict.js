@@ -121,7 +121,13 @@ export const EN = {
   "runs.none": "No runs yet", "runs.none_help": "Start a training run into this store, for example:",
   "runs.none_sdk": "Or log from your own training loop:", "runs.none_serve": "The run appears here as soon as its first step is written.",
   "compare.title": "Compare runs", "compare.need_two": "Pick at least two runs to compare.", "compare.apply": "Show",
-  "compare.runs": "Runs",
+  "compare.runs": "Runs", "compare.any_metric": "Any other metrics (comma-separated; * matches any text)",
+  "compare.any_metric_hint": "e.g. eval/accuracy/*, update/ratio/actor",
+  "runs.group": "Group", "runs.tags": "Tags", "runs.filter_hint": "filter: name, tag, group, status or config (lr=0.0001)",
+  "runs.config_diff": "Config diff", "runs.columns": "Config columns", "runs.no_config": "These runs have no config",
+  "runs.sort_help": "Sort by this column (click again to reverse)", "runs.edit_help": "Edit this run's tags and group",
+  "runs.count": "{n} of {all} runs", "runs.tags_hint": "comma-separated", "runs.save": "Save",
+  "runs.config_same": "The selected runs have the same config.", "runs.config_key": "Config key",
 };
 
 export const ZH = {
@@ -245,5 +251,11 @@ export const ZH = {
   "runs.none": "还没有运行", "runs.none_help": "向这个存储启动一次训练，例如：",
   "runs.none_sdk": "或在你自己的训练循环中记录：", "runs.none_serve": "一旦写入第一步，运行就会出现在这里。",
   "compare.title": "运行对比", "compare.need_two": "请至少选择两个运行进行对比。", "compare.apply": "显示",
-  "compare.runs": "运行",
+  "compare.runs": "运行", "compare.any_metric": "其他任意指标（逗号分隔；* 匹配任意文字）",
+  "compare.any_metric_hint": "如 eval/accuracy/*, update/ratio/actor",
+  "runs.group": "分组", "runs.tags": "标签", "runs.filter_hint": "筛选：名称、标签、分组、状态或配置（lr=0.0001）",
+  "runs.config_diff": "配置差异", "runs.columns": "配置列", "runs.no_config": "这些运行没有配置",
+  "runs.sort_help": "按此列排序（再次点击反转）", "runs.edit_help": "编辑此运行的标签和分组",
+  "runs.count": "{n} / {all} 个运行", "runs.tags_hint": "逗号分隔", "runs.save": "保存",
+  "runs.config_same": "所选运行的配置相同。", "runs.config_key": "配置项",
 };

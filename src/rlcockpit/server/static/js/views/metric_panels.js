@@ -159,8 +159,11 @@ export class MetricExplorer {
     this.renderPanels();
   }
 
+  // Read-modify-write of the panels only: the runs page keeps tags and groups in the same document.
   async saveLayout() {
-    this.savedAt = await layoutApi.put(this.o.project, this.layout);
+    const current = await layoutApi.get(this.o.project);
+    const doc = { ...(current.layout || {}), panels: this.layout.panels };
+    this.savedAt = await layoutApi.put(this.o.project, doc);
   }
 
   renderPanels() {

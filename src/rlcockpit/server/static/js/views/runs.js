@@ -1,14 +1,20 @@
-// Runs: the list (with the empty state that says how to start one) and the comparison view that
-// overlays the same metrics of two or more runs (/api/compare).
+// Runs: the runs table (names, groups, tags, status, config columns chosen by the user, sorting and
+// filtering, the config diff of the selected runs) and the comparison view that overlays any
+// metrics of two or more runs, legends by run name (/api/compare). Tags and groups come from the
+// run's config (`tags`, `group`) or are set here; those set here are kept in the project's saved
+// layout (`runs: {run_id: {tags, group}}`, PUT /api/projects/{project}/layout).
 import { api } from "../api.js";
 import { t } from "../i18n.js";
 import { simpleLines } from "../charts.js";
 import { globalHref, registerView, runHref } from "../router.js";
 import { clear, fmt, fmtTime, h, withStates } from "../ui.js";
+import { layoutApi } from "./metric_panels.js";
 
 const COMPARE_DEFAULT = ["reward/mean", "kl/mean", "policy/entropy", "response/length_mean"];
 const COMPARE_CHOICES = [...COMPARE_DEFAULT, "policy/clip_frac", "policy/loss", "value/loss", "grad/norm/actor",
   "response/truncated_frac", "eval/reward/mean"];
+const COLS_KEY = "rlcockpit.runs.columns";
+const BASE_COLS = ["name", "project", "group", "tags", "status", "started", "last_step", "heartbeat"];
 
 function emptyRuns() {
   return h("div", { class: "state state-empty", id: "runs-empty" },
@@ -20,31 +26,206 @@ function emptyRuns() {
     h("p", { class: "muted", text: t("runs.none_serve") }));
 }
 
-function runsTable(items) {
-  const selected = new Set();
-  const compareBtn = h("button", { class: "btn primary", id: "compare-btn", disabled: true, text: t("runs.compare") });
-  compareBtn.addEventListener("click", () => { location.hash = globalHref("compare", [], { runs: [...selected].join(",") }); });
-  const tbody = h("tbody");
-  for (const r of items) {
-    const box = h("input", { type: "checkbox", "aria-label": r.run_id, onchange: (e) => {
-      if (e.target.checked) selected.add(r.run_id); else selected.delete(r.run_id);
-      compareBtn.disabled = selected.size < 2;
-    } });
-    tbody.append(h("tr", { dataset: { run: r.run_id } }, h("td", {}, box),
-      h("td", {}, h("a", { href: runHref(r.run_id, "dashboard"), text: r.name || r.run_id }), h("div", { class: "muted small", text: r.run_id })),
-      h("td", { text: r.project }), h("td", {}, h("span", { class: `status status-${r.status}`, text: t(`status.${r.status}`) })),
-      h("td", { text: fmtTime(r.started_at) }), h("td", { text: fmt(r.last_step ?? null) }), h("td", { text: fmtTime(r.heartbeat_at) })));
+// {"optim": {"lr": 1e-5}} -> {"optim.lr": 1e-5}: config columns and the diff use dotted keys.
+export function flatten(obj, prefix = "", out = {}) {
+  for (const [k, v] of Object.entries(obj || {})) {
+    const key = prefix ? `${prefix}.${k}` : k;
+    if (v && typeof v === "object" && !Array.isArray(v)) flatten(v, key, out);
+    else out[key] = v;
   }
-  return h("div", {},
-    h("table", { class: "list", id: "runs-list" }, h("thead", {}, h("tr", {}, ["", "runs.name", "runs.project", "runs.status", "runs.started", "runs.last_step", "runs.heartbeat"]
-      .map((k) => h("th", { text: k ? t(k) : "" })))), tbody),
-    h("div", { class: "toolbar" }, compareBtn, h("span", { class: "muted", text: t("runs.compare_help") })));
+  return out;
 }
 
-function mountRuns(root) {
+const show = (v) => (v === undefined ? "—" : Array.isArray(v) ? v.join(", ") : typeof v === "number" ? fmt(v, 4) : String(v));
+
+// The keys whose values differ between the runs (a key missing in one run differs too).
+export function configDiff(runs) {
+  const flat = runs.map((r) => flatten(r.config));
+  const keys = [...new Set(flat.flatMap((f) => Object.keys(f)))].sort();
+  return keys.filter((k) => new Set(flat.map((f) => JSON.stringify(f[k]))).size > 1);
+}
+
+class RunsTable {
+  constructor(root, ctx, items, meta) {
+    this.root = root;
+    this.ctx = ctx;
+    this.items = items.map((r) => this.withMeta(r, meta));
+    this.selected = new Set();
+    this.sort = { key: ctx.query.get("sort") || "started", desc: ctx.query.get("desc") !== "0" };
+    this.filter = ctx.query.get("filter") || "";
+    const fromUrl = (ctx.query.get("cols") || "").split(",").filter(Boolean);
+    this.cols = fromUrl.length ? fromUrl : JSON.parse(localStorage.getItem(COLS_KEY) || "[]");
+    this.configKeys = [...new Set(this.items.flatMap((r) => Object.keys(r.flat)))].sort();
+  }
+
+  withMeta(r, meta) {
+    const own = (meta[r.project] && meta[r.project][r.run_id]) || {};
+    const cfg = r.config || {};
+    const tags = own.tags ?? (Array.isArray(cfg.tags) ? cfg.tags : []);
+    return { ...r, tags, group: own.group ?? (typeof cfg.group === "string" ? cfg.group : ""), flat: flatten(cfg) };
+  }
+
+  value(r, key) {
+    switch (key) {
+      case "name": return r.name || r.run_id;
+      case "tags": return r.tags.join(", ");
+      case "started": return r.started_at || 0;
+      case "heartbeat": return r.heartbeat_at || 0;
+      case "last_step": return r.last_step ?? -1;
+      default: return key.startsWith("config:") ? r.flat[key.slice(7)] : r[key];
+    }
+  }
+
+  visible() {
+    const words = this.filter.toLowerCase().split(/\s+/).filter(Boolean);
+    const rows = this.items.filter((r) => {
+      const hay = [r.name, r.run_id, r.project, r.group, r.status, t(`status.${r.status}`), ...r.tags,
+        ...Object.entries(r.flat).map(([k, v]) => `${k}=${v}`)].join(" ").toLowerCase();
+      return words.every((w) => hay.includes(w));
+    });
+    const { key, desc } = this.sort;
+    const cmp = (a, b) => {
+      const [x, y] = [this.value(a, key), this.value(b, key)];
+      if (x === y) return 0;
+      if (x === undefined || x === null) return 1;
+      if (y === undefined || y === null) return -1;
+      return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y))) * (desc ? -1 : 1);
+    };
+    return rows.sort(cmp);
+  }
+
+  mount() {
+    this.filterInput = h("input", { type: "search", id: "runs-filter", class: "metric-search", value: this.filter,
+      placeholder: t("runs.filter_hint"), oninput: () => { this.filter = this.filterInput.value; this.render(); } });
+    this.compareBtn = h("button", { class: "btn primary", id: "compare-btn", disabled: true, text: t("runs.compare"),
+      onclick: () => this.ctx.navigate(globalHref("compare", [], { runs: [...this.selected].join(",") })) });
+    this.diffBtn = h("button", { class: "btn", id: "diff-btn", disabled: true, text: t("runs.config_diff"), onclick: () => this.renderDiff() });
+    this.table = h("table", { class: "list", id: "runs-list" });
+    this.diffBox = h("div", { id: "config-diff" });
+    this.root.append(h("div", { class: "metrics-toolbar" }, this.filterInput, this.columnChooser(),
+      h("span", { class: "muted small", id: "runs-count" })), this.table,
+    h("div", { class: "toolbar" }, this.compareBtn, this.diffBtn, h("span", { class: "muted", text: t("runs.compare_help") })), this.diffBox);
+    this.render();
+  }
+
+  columnChooser() {
+    const box = h("details", { class: "col-chooser", id: "runs-columns" }, h("summary", { class: "btn", text: t("runs.columns") }));
+    const list = h("div", { class: "col-list" });
+    if (!this.configKeys.length) list.append(h("div", { class: "muted small", text: t("runs.no_config") }));
+    for (const k of this.configKeys) {
+      list.append(h("label", { class: "check" }, h("input", { type: "checkbox", value: k, checked: this.cols.includes(k),
+        onchange: (e) => {
+          this.cols = e.target.checked ? [...this.cols, k] : this.cols.filter((c) => c !== k);
+          localStorage.setItem(COLS_KEY, JSON.stringify(this.cols));
+          this.render();
+        } }), ` ${k}`));
+    }
+    box.append(list);
+    return box;
+  }
+
+  persistUrl() {
+    const q = new URLSearchParams();
+    if (this.filter) q.set("filter", this.filter);
+    q.set("sort", this.sort.key);
+    q.set("desc", this.sort.desc ? "1" : "0");
+    if (this.cols.length) q.set("cols", this.cols.join(","));
+    history.replaceState(null, "", globalHref("runs", [], q));
+  }
+
+  header() {
+    const cell = (key, label) => {
+      const active = this.sort.key === key;
+      return h("th", { class: `sortable${active ? " sorted" : ""}`, dataset: { sort: key }, title: t("runs.sort_help"),
+        onclick: () => { this.sort = { key, desc: active ? !this.sort.desc : key !== "name" }; this.render(); } },
+      label, active ? (this.sort.desc ? " ↓" : " ↑") : "");
+    };
+    return h("thead", {}, h("tr", {}, h("th", {}),
+      BASE_COLS.map((c) => cell(c, t(`runs.${c}`))), this.cols.map((k) => cell(`config:${k}`, k)), h("th", {})));
+  }
+
+  row(r) {
+    const box = h("input", { type: "checkbox", "aria-label": r.run_id, checked: this.selected.has(r.run_id), onchange: (e) => {
+      if (e.target.checked) this.selected.add(r.run_id); else this.selected.delete(r.run_id);
+      this.compareBtn.disabled = this.selected.size < 2;
+      this.diffBtn.disabled = this.selected.size < 2;
+    } });
+    const edit = h("button", { class: "btn tiny run-edit", title: t("runs.edit_help"), text: "✎", onclick: () => this.editRow(r, tr) });
+    const tr = h("tr", { dataset: { run: r.run_id } }, h("td", {}, box),
+      h("td", {}, h("a", { href: runHref(r.run_id, "dashboard"), text: r.name || r.run_id }), h("div", { class: "muted small", text: r.run_id })),
+      h("td", { text: r.project }), h("td", { class: "run-group", text: r.group || "" }),
+      h("td", { class: "run-tags" }, r.tags.map((x) => h("span", { class: "pill tag", text: x }))),
+      h("td", {}, h("span", { class: `status status-${r.status}`, text: t(`status.${r.status}`) })),
+      h("td", { text: fmtTime(r.started_at) }), h("td", { text: fmt(r.last_step ?? null) }), h("td", { text: fmtTime(r.heartbeat_at) }),
+      this.cols.map((k) => h("td", { class: "config-cell", dataset: { key: k }, text: show(r.flat[k]) })), h("td", {}, edit));
+    return tr;
+  }
+
+  render() {
+    const rows = this.visible();
+    clear(this.table).append(this.header(), h("tbody", {}, rows.map((r) => this.row(r))));
+    this.root.querySelector("#runs-count").textContent = t("runs.count", { n: rows.length, all: this.items.length });
+    this.persistUrl();
+  }
+
+  // Tags and group of one run, saved in its project's layout.
+  editRow(r, tr) {
+    const tags = h("input", { class: "run-tags-input", value: r.tags.join(", "), placeholder: t("runs.tags_hint") });
+    const group = h("input", { class: "run-group-input", value: r.group, placeholder: t("runs.group") });
+    const msg = h("span", { class: "muted small" });
+    const save = h("button", { class: "btn small primary run-save", text: t("runs.save"), onclick: async () => {
+      const next = { tags: tags.value.split(",").map((x) => x.trim()).filter(Boolean), group: group.value.trim() };
+      try {
+        const res = await layoutApi.get(r.project);
+        const layout = res.layout || { panels: [] };
+        layout.runs = { ...(layout.runs || {}), [r.run_id]: next };
+        await layoutApi.put(r.project, layout);
+      } catch (err) {
+        msg.textContent = `${t("state.error")}: ${err.message}`;
+        return;
+      }
+      Object.assign(r, next);
+      this.render();
+    } });
+    const form = h("tr", { class: "run-edit-row" }, h("td", { colspan: String(BASE_COLS.length + this.cols.length + 2) },
+      h("label", { class: "tb-label" }, t("runs.tags"), " ", tags), " ", h("label", { class: "tb-label" }, t("runs.group"), " ", group), " ", save, " ", msg));
+    tr.after(form);
+    tags.focus();
+  }
+
+  renderDiff() {
+    const runs = this.visible().filter((r) => this.selected.has(r.run_id)); // in the table's order
+    const keys = configDiff(runs);
+    clear(this.diffBox).append(h("h3", { text: t("runs.config_diff") }));
+    if (!keys.length) return this.diffBox.append(h("div", { class: "muted", id: "config-diff-same", text: t("runs.config_same") }));
+    this.diffBox.append(h("table", { class: "list", id: "config-diff-table" },
+      h("thead", {}, h("tr", {}, h("th", { text: t("runs.config_key") }), runs.map((r) => h("th", { text: r.name || r.run_id })))),
+      h("tbody", {}, keys.map((k) => h("tr", { dataset: { key: k } }, h("th", { text: k }), runs.map((r) => h("td", { text: show(r.flat[k]) })))))));
+  }
+}
+
+async function loadRuns() {
+  const res = await api.runs({ config: true });
+  const projects = [...new Set(res.items.map((r) => r.project))];
+  const meta = {};
+  await Promise.all(projects.map(async (p) => {
+    try {
+      const l = await layoutApi.get(p);
+      meta[p] = (l.layout && l.layout.runs) || {};
+    } catch {
+      meta[p] = {};
+    }
+  }));
+  return { items: res.items, meta };
+}
+
+function mountRuns(root, ctx) {
   const body = h("div", { class: "runs-page" });
   root.append(h("h2", { text: t("runs.title") }), body);
-  withStates(body, () => api.runs(), (res) => body.append(res.items.length ? runsTable(res.items) : emptyRuns()));
+  withStates(body, loadRuns, ({ items, meta }) => {
+    if (!items.length) return body.append(emptyRuns());
+    new RunsTable(body, ctx, items, meta).mount();
+  });
   return () => clear(root);
 }
 
@@ -58,22 +239,38 @@ function mountCompare(root, ctx) {
       h("a", { class: "btn", href: globalHref("runs"), text: t("tab.runs") }));
     return () => clear(root);
   }
+  const other = names.filter((n) => !COMPARE_CHOICES.includes(n));
+  const extra = h("input", { id: "compare-extra", class: "metric-search", list: "compare-names", value: other.join(", "),
+    placeholder: t("compare.any_metric_hint") });
+  const datalist = h("datalist", { id: "compare-names" });
   const chooser = h("form", { class: "filters", id: "compare-metrics" }, COMPARE_CHOICES.map((n) =>
     h("label", { class: "check" }, h("input", { type: "checkbox", name: n, checked: names.includes(n) }), ` ${n}`)),
+  h("label", { class: "field" }, t("compare.any_metric"), extra), datalist,
   h("button", { class: "btn primary", type: "submit", text: t("compare.apply") }));
   chooser.addEventListener("submit", (e) => {
     e.preventDefault();
-    const chosen = COMPARE_CHOICES.filter((n) => chooser.elements[n].checked);
+    const typed = extra.value.split(",").map((x) => x.trim()).filter(Boolean);
+    const chosen = [...COMPARE_CHOICES.filter((n) => chooser.elements[n].checked), ...typed];
     ctx.navigate(globalHref("compare", [], { runs: runs.join(","), names: chosen.join(",") }));
   });
   const grid = h("div", { class: "compare-grid", id: "compare-charts" });
-  root.append(h("div", { class: "muted", text: `${t("compare.runs")}: ${runs.join(", ")}` }), chooser, grid);
-  withStates(grid, () => api.compare(runs, names), (res) => {
-    for (const name of names) {
+  const who = h("div", { class: "muted", id: "compare-runs", text: `${t("compare.runs")}: ${runs.join(", ")}` });
+  root.append(who, chooser, grid);
+  withStates(grid, () => Promise.all([api.compare(runs, names), api.runs(), api.run(runs[0]).catch(() => null)]), ([res, list, first]) => {
+    const nameOf = new Map(list.items.map((r) => [r.run_id, r.name || r.run_id]));
+    // two runs may share a name: then the id tells them apart
+    const counts = new Map();
+    runs.forEach((r) => counts.set(nameOf.get(r) || r, (counts.get(nameOf.get(r) || r) || 0) + 1));
+    const label = (r) => (counts.get(nameOf.get(r) || r) > 1 ? `${nameOf.get(r) || r} · ${r}` : nameOf.get(r) || r);
+    who.textContent = `${t("compare.runs")}: ${runs.map(label).join(", ")}`;
+    if (first) for (const n of first.metric_names || []) datalist.append(h("option", { value: n }));
+    const shown = [...new Set(Object.values(res.runs || {}).flatMap((b) => Object.keys(b.series || {})))];
+    const order = [...names.filter((n) => !n.includes("*")), ...shown.filter((n) => !names.includes(n))];
+    for (const name of order) {
       const lines = {};
       for (const [run, body] of Object.entries(res.runs || {})) {
         const s = body.series && body.series[name];
-        if (s && s.steps.length) lines[run] = s;
+        if (s && s.steps.length) lines[label(run)] = s;
       }
       const el = h("div", { class: "chart", dataset: { metric: name } });
       grid.append(h("section", { class: "chart-box" }, el));
