@@ -194,16 +194,20 @@ class NanGradAt(TrainerCallback):
             logs["grad_norm"] = math.nan
 
 
-def test_a_red_finding_checkpoints_stops_and_writes_a_post_mortem(tmp_path):
+@pytest.mark.parametrize("background", [True, False], ids=["background", "same-step"])
+def test_a_red_finding_checkpoints_stops_and_writes_a_post_mortem(tmp_path, background):
     uri = f"sqlite:///{tmp_path / 'red.db'}"
     trainer = _trainer(tmp_path, 20, save_strategy="steps", save_steps=2)
     trainer.add_callback(NanGradAt(3))
     policy = PolicyConfig(actions={"red": ("alert", "checkpoint", "stop")})
-    cockpit = watch(trainer, store=uri, diagnostics=DiagnosticsConfig(policy=policy))
+    cockpit = watch(trainer, store=uri, diagnostics=DiagnosticsConfig(policy=policy),
+                    background_diagnostics=background)
     trainer.train()
     run_id = cockpit.run.run_id
     reader = open_store(uri).reader()
-    assert trainer.state.global_step == 3
+    # background detectors: step 3's finding is acted on at the next logged step's boundary
+    acted = 4 if background else 3
+    assert trainer.state.global_step == acted
     found = [f for f in reader.read_findings(run_id) if f.detector == "nonfinite"]
     assert found and found[0].step == 3 and found[0].severity == "red"
     events = {e.kind: e for e in reader.read_events(run_id)}
@@ -212,7 +216,7 @@ def test_a_red_finding_checkpoints_stops_and_writes_a_post_mortem(tmp_path):
     tickets = open_store(uri).control().list_tickets(run_id=run_id)
     assert {(t.target, t.status, t.decided_by) for t in tickets} >= {("checkpoint", "applied", "policy"),
                                                                      ("stop", "applied", "policy")}
-    assert Path(tmp_path / "out" / "checkpoint-3").is_dir()
+    assert Path(tmp_path / "out" / f"checkpoint-{acted}").is_dir()
 
 
 def _wait(predicate, thread, what, timeout=120.0):
@@ -242,7 +246,8 @@ def test_the_callback_cost_benchmark_runs_and_reports_json():
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["benchmark"] == "trl_callback" and result["step_ms_without"] > 0
-    assert 0 < result["detectors_share"] < result["callback_share"] < 0.5
+    assert result["detectors"] == "background" and 0 < result["detectors_share"] < 0.5
+    assert 0 < result["callback_share"] < 0.5
 
 
 def test_the_trl_faults_benchmark_runs_and_reports_json():

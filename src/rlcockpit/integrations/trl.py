@@ -17,6 +17,11 @@ completion length, epsilon) and commands: pause blocks until resumed, stop sets
 ``should_training_stop``, checkpoint sets ``should_save``. The severity policy's actions become
 tickets approved by the policy (red: checkpoint + pause, black: stop), and a run stopped on a red
 or black finding gets a ``post_mortem`` event naming the checkpoint to resume from.
+
+The detectors run in a background thread by default, while the trainer generates the next batch:
+a logged step's findings are written, and their actions taken, at the next logged step's boundary
+(one step later) — the training thread then pays only for logging. ``background_diagnostics=False``
+runs them in the training thread so that a step's actions act on that very step.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
@@ -60,12 +66,14 @@ def watch(trainer: Any, **options: Any) -> RlcockpitCallback:
 class RlcockpitCallback(TrainerCallback):
     """``store``: URI of the store; ``project`` / ``name`` / ``run_id``: the run's labels (``resume``:
     continue run ``run_id``, e.g. with ``trainer.train(resume_from_checkpoint=...)``); ``control``: take tickets (a ``ControlConfig``, True, or False); ``diagnostics``: a
-    ``DiagnosticsConfig``, None for the defaults, or False; ``token_arrays``: the telemetry's
-    ``TokenArrayPolicy``."""
+    ``DiagnosticsConfig``, None for the defaults, or False; ``background_diagnostics``: run the
+    detectors beside the training thread, their actions one logged step later (default), or in it;
+    ``token_arrays``: the telemetry's ``TokenArrayPolicy``."""
 
     def __init__(self, *, trainer: Any = None, store: str = "sqlite:///rlcockpit.db", project: str = "trl",
                  name: str | None = None, run_id: str | None = None, resume: bool = False, control: Any = True,
-                 diagnostics: Any = None, token_arrays: Any = None) -> None:
+                 diagnostics: Any = None, background_diagnostics: bool = True,
+                 token_arrays: Any = None) -> None:
         self.trainer, self.store, self.project, self.name, self.run_id = trainer, store, project, name, run_id
         self.resume = resume
         self.control_cfg, self.diagnostics_cfg, self.token_arrays = control, diagnostics, token_arrays
@@ -79,6 +87,10 @@ class RlcockpitCallback(TrainerCallback):
         self._checkpoints: list[tuple[int, str]] = []
         self._stopped_by: str | None = None
         self._knob_target = trainer  # what ticket changes are applied to
+        self.background = background_diagnostics
+        self._worker: ThreadPoolExecutor | None = None
+        self._diagnosing: tuple[int, list[Any], Future] | None = None  # (step, samples, findings)
+        self._ended = False
 
     # ------------------------------------------------------------------ start
 
@@ -108,6 +120,8 @@ class RlcockpitCallback(TrainerCallback):
 
             cfg = self.diagnostics_cfg or DiagnosticsConfig()
             self.engine, self.policy = Engine.from_config(cfg), Policy(cfg.policy)
+            if self.background:
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix="rlcockpit-diagnose")
         if trainer is not None and hasattr(trainer, "_generate_and_score_completions"):
             self._capture_completions(trainer)
         self.run.event(state.global_step, "trl_attached", {"trainer": algo, "source": self.source})
@@ -135,6 +149,7 @@ class RlcockpitCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.run is None or control.should_log:
             return  # the boundary comes in on_log, after this step's metrics and findings
+        self._collect(wait=False)
         self._boundary(state.global_step, args, control)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -150,6 +165,7 @@ class RlcockpitCallback(TrainerCallback):
         self.run.commit(step)
         if any(k.startswith("eval_") for k in logs):
             return
+        self._collect(wait=True)  # the previous logged step's findings: their actions act here
         self._diagnose(step, metrics, [s for s in samples if s.step == step])
         self._boundary(step, args, control)
 
@@ -162,6 +178,10 @@ class RlcockpitCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.run is None:
             return
+        self._ended = True  # the last findings are written; no ticket is opened for a run that ended
+        self._collect(wait=True)
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
         stopped = self.run.stop_requested or self._stopped_by is not None
         if stopped and any(f.severity in FAILING for f in self._findings):
             self._post_mortem(state.global_step)
@@ -185,11 +205,34 @@ class RlcockpitCallback(TrainerCallback):
     def _diagnose(self, step: int, metrics: dict[str, float], samples: list[Any]) -> None:
         if self.engine is None:
             return
+        if self._worker is not None:
+            future = self._worker.submit(self.engine.observe, step, metrics, samples, time.time())
+            self._diagnosing = (step, samples, future)
+            return
         try:
             findings = self.engine.observe(step, metrics, samples, time.time())
         except Exception as exc:  # fail soft: the detectors miss a step, training goes on
             log.warning("rlcockpit: the detectors failed on step %d: %s", step, exc)
             return
+        self._record(step, findings, samples)
+
+    def _collect(self, wait: bool) -> None:
+        """The findings of the step diagnosed in the background, once done (``wait``: block until)."""
+        if self._diagnosing is None:
+            return
+        step, samples, future = self._diagnosing
+        if not wait and not future.done():
+            return
+        self._diagnosing = None
+        try:
+            findings = future.result()
+        except Exception as exc:  # fail soft: the detectors miss a step, training goes on
+            log.warning("rlcockpit: the detectors failed on step %d: %s", step, exc)
+            return
+        self._record(step, findings, samples)
+
+    def _record(self, step: int, findings: list[Any], samples: list[Any]) -> None:
+        """Write a step's findings and carry out the severity policy's actions."""
         for f in findings:
             self._findings.append(f)
             self.run.finding(step=f.step, detector=f.detector, severity=f.severity, message=f.message,
@@ -206,7 +249,7 @@ class RlcockpitCallback(TrainerCallback):
             return
         if action.name in ("stop", "rollback"):
             self._stopped_by = action.detector
-        if action.name not in ("checkpoint", "pause", "stop", "rollback") or self.link is None:
+        if action.name not in ("checkpoint", "pause", "stop", "rollback") or self.link is None or self._ended:
             return
         try:
             self.link.channel.automatic(action.detector, action.name, {
