@@ -216,3 +216,15 @@ def test_no_raw_key_and_no_english_label_in_chinese_on_any_page(busy_store, serv
             if english_hit:
                 problems.append(f"{target}: English label {english_hit} in {text!r} ({where})")
     assert not problems, "\n".join(problems[:40])
+
+
+def test_a_library_entry_cites_public_sources_beside_its_seed_cases(fixture_store, serve, page):
+    uri, _ = fixture_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/library/entropy_collapse")
+    links = page.locator("#library-sources ul.sources a")
+    links.first.wait_for()
+    hrefs = links.evaluate_all("(as) => as.map((a) => a.href)")
+    assert "https://arxiv.org/abs/2505.22617" in hrefs and all(h.startswith("http") for h in hrefs)
+    assert links.first.get_attribute("target") == "_blank"
+    assert page.locator("#library-seed").inner_text().startswith("Seed cases (sections of this project")

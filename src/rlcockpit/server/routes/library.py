@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, Query
 
 from rlcockpit.errors import RlcockpitError
 from rlcockpit.server.deps import require_viewer
+from rlcockpit.server.library_sources import public_sources
 from rlcockpit.server.responses import (
     READ_ERRORS,
     SafeJSONResponse,
@@ -47,9 +48,11 @@ def entry(pattern_id: str) -> SafeJSONResponse:
 
 
 def pattern_dict(pattern: Any) -> dict[str, Any]:
-    """Every field in both languages (``title: {en, zh}``...) plus ``title_en`` / ``title_zh``."""
+    """Every field in both languages (``title: {en, zh}``...) plus ``title_en`` / ``title_zh`` and
+    the public sources a user can open (papers, framework docs) beside the seed cases."""
     out = pattern.to_dict()
-    return json_safe({**out, "title_en": out["title"]["en"], "title_zh": out["title"]["zh"]})
+    return json_safe({**out, "title_en": out["title"]["en"], "title_zh": out["title"]["zh"],
+                      "public_sources": public_sources(out["id"])})
 
 
 @functools.cache

@@ -43,7 +43,7 @@ function entryFields(e) {
   const out = [];
   for (const key of Object.keys(e)) {
     const base = key.replace(/_(en|zh)$/, "");
-    if (seen.has(base) || ["id", "title", "score"].includes(base)) continue;
+    if (seen.has(base) || ["id", "title", "score", "public_sources", "seed"].includes(base)) continue;
     seen.add(base);
     const value = pick(e, base);
     if (value === "" || value === null || (Array.isArray(value) && !value.length)) continue;
@@ -68,7 +68,21 @@ function entryView(e) {
   return h("article", { class: "library-entry", id: "library-entry", dataset: { pattern: e.id } },
     h("h2", { text: pick(e, "title") || e.id }),
     h("div", { class: "muted", text: `${e.id} · ${otherTitle(e, other)}` }),
-    entryFields(e).map(([k, v]) => h("section", {}, h("h4", { text: t(`library.field.${k}`) === `library.field.${k}` ? k : t(`library.field.${k}`) }), fieldValue(v))));
+    entryFields(e).map(([k, v]) => h("section", {}, h("h4", { text: t(`library.field.${k}`) === `library.field.${k}` ? k : t(`library.field.${k}`) }), fieldValue(v))),
+    sourcesSection(e));
+}
+
+// Public sources a user can open (papers, framework docs), then the seed cases: sections of the
+// project's own source documents (000-003), which are named so they are not mistaken for links.
+function sourcesSection(e) {
+  const items = e.public_sources || [];
+  return h("section", { id: "library-sources" },
+    h("h4", { text: t("library.public_sources") }),
+    items.length ? h("ul", { class: "sources" }, items.map((s) => h("li", {},
+      h("a", { href: s.url, target: "_blank", rel: "noopener noreferrer", text: s.title }),
+      h("span", { class: "muted small", text: ` · ${new URL(s.url).host}` }))))
+      : h("p", { class: "muted", text: t("library.no_public_sources") }),
+    e.seed ? h("p", { class: "muted small", id: "library-seed", text: `${t("library.seed_cases")}: ${e.seed}` }) : null);
 }
 
 function mount(root, ctx) {
