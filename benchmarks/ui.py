@@ -1,9 +1,12 @@
 """How fast the cockpit's dashboard gets its data (part 1: the API side).
 
 The fixture (built once, cached under ``benchmarks/.cache/`` keyed by its size and the store's
-source; ``--rebuild`` to force): one run of 100k steps x 60 catalog metrics, 1M samples (10 a
+source; ``--rebuild`` to force): one run of 100k steps x 90 metrics (the catalog's names, then
+per-category eval accuracies, per-layer gradient norms and per-rank norms), 1M samples (10 a
 step, ~256 B prompt, ~768 B response), reward and length histograms every 10 steps, findings and
-the phases of the last steps — written through the store writer (``write_batch``) in big batches.
+the phases of the last steps; and a second run of the same 100k steps x 90 metrics (metrics
+only), so a panel "of all runs" overlays two long runs — written through the store writer
+(``write_batch``) in big batches.
 
 Timed: the calls the dashboard makes when it opens a run (static/js: app.js, header.js,
 views/dashboard.js) against a real ``rlcockpit serve`` (uvicorn on loopback, its own
@@ -15,6 +18,10 @@ warm-up round (cold caches, the run's sample count not yet known). Target: total
 
 Part 2 (the UI helper's, ``_ui_browser.py``): from ``run.log(step)`` on a live run to that step
 drawn on the dashboard's reward chart in Chromium; target <= 2 s (``--live-trials``, 0 skips).
+
+Part 3 (``_ui_panels.py``, issue 16): the dashboard in Chromium over this fixture — the first
+chart drawn after a page load (target <= 1 s) and a panel of one metric over all runs (target
+<= 300 ms each); ``--browser-loads 0`` skips it.
 
 Run: ``python benchmarks/ui.py [--quick] [--rebuild]``; the last stdout line is JSON.
 """
@@ -37,10 +44,13 @@ from typing import Any
 import numpy as np
 from _common import CATEGORIES, fmt, machine_info, print_json_last_line
 from _ui_browser import live_step_to_chart
+from _ui_panels import time_dashboard
 from store_queries import TextPool, cached, store_salt
 
 TARGET_MS = 300.0
 RUN_ID = "bench-ui"
+RUN_B = "bench-ui-b"  # the second run: metrics only
+N_METRICS = 90
 CACHE = Path(__file__).resolve().parent / ".cache"
 HIST_EVERY = 10
 HIST_BINS = 64
@@ -51,16 +61,36 @@ DASHBOARD_NAMES = (
 SERIES_QUERY = ",".join(DASHBOARD_NAMES) + ",reward/category/*"
 
 
-def metric_names(n: int = 60) -> list[str]:
-    """The dashboard's names, the per-category rewards, then other catalog names up to ``n``."""
+def metric_names(n: int = N_METRICS) -> list[str]:
+    """The dashboard's names, the per-category rewards, the other catalog names, then templated
+    catalog names (eval accuracy per category, gradient norm per layer and per rank) up to ``n``."""
     from rlcockpit.metrics.catalog import CATALOG
 
     names = list(DASHBOARD_NAMES) + [f"reward/category/{c}/mean" for c in CATEGORIES]
     names += [n for n in CATALOG if "<" not in n and "hist" not in n and n not in names]
+    names += [f"eval/accuracy/{c}" for c in CATEGORIES]
+    names += [f"grad/norm/layer/block_{i}" for i in range(24)] + [f"dist/grad_norm/rank/{r}" for r in range(8)]
     return names[:n]
 
 
 # --- fixture ------------------------------------------------------------------------------------
+
+
+def metric_batches(steps: int, chunk: int = 2000, seed: int = 11) -> Iterator[tuple[int, Any]]:
+    """The second run's batches: the same names as random walks, nothing else."""
+    from rlcockpit.records import Batch, MetricPoint
+
+    rng = np.random.default_rng(seed)
+    names = metric_names()
+    level = np.zeros(len(names))
+    for start in range(0, steps, chunk):
+        block = np.arange(start, min(start + chunk, steps))
+        walk = np.cumsum(rng.normal(0, 0.01, (len(block), len(names))), axis=0) + level
+        level = walk[-1]
+        metrics = [MetricPoint(int(s), n, float(v), 1.7e9 + float(s))
+                   for s, row in zip(block.tolist(), walk.tolist(), strict=True)
+                   for n, v in zip(names, row, strict=True)]
+        yield len(block), Batch(metrics=metrics)
 
 
 def batches(steps: int, per_step: int, chunk: int = 500) -> Iterator[tuple[int, Any]]:
@@ -120,6 +150,10 @@ def build_store(path: Path, steps: int = 100_000, per_step: int = 10,
         if progress:
             progress(n)
     writer.set_run_status(RUN_ID, "finished", ended_at=1.7e9 + steps)
+    writer.create_run(RunInfo(run_id=RUN_B, project="bench", name="ui-b", started_at=1.7e9 + 1))
+    for _n, batch in metric_batches(steps):
+        writer.write_batch(RUN_B, batch)
+    writer.set_run_status(RUN_B, "finished", ended_at=1.7e9 + steps)
     writer.close()
 
 
@@ -233,7 +267,7 @@ class Server:
 
 
 def fixture_path(steps: int, per_step: int, cache: Path) -> Path:
-    key = hashlib.sha1(f"{steps}-{per_step}-{store_salt()}-{metric_names()}".encode()).hexdigest()
+    key = hashlib.sha1(f"{steps}-{per_step}-{store_salt()}-{metric_names()}-{RUN_B}".encode()).hexdigest()
     return cache / f"ui_{key[:12]}.db"
 
 
@@ -268,9 +302,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rebuild", action="store_true")
     p.add_argument("--live-trials", type=int, default=15,
                    help="part 2: steps timed from run.log to the dashboard chart (0 skips)")
+    p.add_argument("--browser-loads", type=int, default=5,
+                   help="part 3: dashboard page loads timed to the first chart (0 skips part 3)")
+    p.add_argument("--panels", type=int, default=15, help="part 3: one-metric panels of all runs timed")
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.runs, args.live_trials = 2000, 2, min(args.live_trials, 3)
+        args.browser_loads, args.panels = min(args.browser_loads, 2), min(args.panels, 4)
     return args
 
 
@@ -281,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     server = Server(path)
     with server as base:
         result = time_initial_calls(base, RUN_ID, args.runs, server.cpu_s)
+        dashboard = (time_dashboard(base, RUN_ID, args.browser_loads, args.panels) if args.browser_loads
+                     else {"skipped": "--browser-loads 0"})
     print(f"dashboard initial API calls, {args.steps} steps x {len(metric_names())} metrics, "
           f"{args.steps * args.samples_per_step} samples ({info['size_mb']} MB)")
     for label, c in result["calls"].items():
@@ -289,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
           f"6 in parallel: {fmt(result['parallel_ms'], 1)} ms; first (cold) round: "
           f"{fmt(result['first_round_ms'], 1)} ms; server CPU per round: "
           f"{fmt(result['server_cpu_ms'], 1)} ms")
+    if "skipped" not in dashboard:
+        print(f"dashboard in Chromium: first chart {fmt(dashboard['first_chart_ms'], 1)} ms (target <= "
+              f"{dashboard['first_chart_target_ms']:.0f} ms); panel of one metric over {dashboard['panel_runs']} runs: "
+              f"p50 {fmt(dashboard['panel_p50_ms'], 1)} ms, max {fmt(dashboard['panel_max_ms'], 1)} ms (target <= "
+              f"{dashboard['panel_target_ms']:.0f} ms); section '{dashboard['section']}' ({dashboard['section_charts']} "
+              f"charts) {fmt(dashboard['section_ms'], 1)} ms")
     live = live_step_to_chart(args.live_trials)  # part 2 (_ui_browser.py)
     print_json_last_line({
         "benchmark": "ui_api", "steps": args.steps, "metrics": len(metric_names()),
@@ -299,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         else round(result["server_cpu_ms"], 1), "target_ms": TARGET_MS,
         "meets_target": result["total_ms"] <= TARGET_MS,
         "calls_ms": {k: round(c["median_ms"], 1) for k, c in result["calls"].items()},
-        "live_step_to_chart": live, **info, **machine_info()})
+        "live_step_to_chart": live, "dashboard": dashboard, **info, **machine_info()})
     return 0
 
 

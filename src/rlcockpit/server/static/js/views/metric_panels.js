@@ -202,7 +202,7 @@ export class MetricExplorer {
     chart.liveKey = (m) => `${this.o.runId}${KEY_SEP}${m}`;
     box.prepend(h("div", { class: "chart-tools-wrap" }, chartTools(chart, { onChange: (c) => this.o.onChartChange(id, c) }), remove));
     this.charts.set(id, chart);
-    this.fillPanel(chart, runs, metrics);
+    box.ready = this.fillPanel(chart, runs, metrics); // resolves once drawn (tests, benchmarks/ui.py)
     return box;
   }
 
