@@ -185,10 +185,15 @@ WALK = """(keys) => {
 def _english_labels() -> dict[str, str]:
     """English labels that must not show in 中文 mode: every EN dictionary value with a different
     Chinese one (longer than two letters, without placeholders)."""
-    from test_i18n import dictionaries
+    from test_i18n import STATIC, dictionaries
 
     d = dictionaries()
-    return {k: v for k, v in d["en"].items() if v not in d["zh"].get(k, "") and len(v) > 2 and "{" not in v
+    # the control plane's labels (views/control_i18n.js: EN / ZH, added with extend) count too
+    pair = re.compile(r'"([a-z_]+\.[a-z_0-9.]+)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+    en_part, zh_part = (STATIC / "views" / "control_i18n.js").read_text(encoding="utf-8").split("export const ZH")
+    en = {**d["en"], **dict(pair.findall(en_part))}
+    zh = {**d["zh"], **dict(pair.findall(zh_part))}
+    return {k: v for k, v in en.items() if v not in zh.get(k, "") and len(v) > 2 and "{" not in v
             and re.search(r"[A-Za-z]{3}", v)}  # "EMA" in "EMA 平滑" is the acronym both use
 
 
@@ -228,3 +233,33 @@ def test_a_library_entry_cites_public_sources_beside_its_seed_cases(fixture_stor
     assert "https://arxiv.org/abs/2505.22617" in hrefs and all(h.startswith("http") for h in hrefs)
     assert links.first.get_attribute("target") == "_blank"
     assert page.locator("#library-seed").inner_text().startswith("Seed cases (sections of this project")
+
+
+def test_no_raw_key_and_no_english_label_in_chinese_on_the_control_pages(tmp_path, zh_page):
+    from test_i18n import dictionaries
+
+    from control_testkit import RUN
+
+    world, server = _control_world(tmp_path)
+    keys = set(dictionaries()["en"])
+    english = _english_labels()
+    problems = []
+    try:
+        _sign_in(zh_page, world.tokens["alex"])
+        otto = world.plane.users.authenticate(world.tokens["otto"])
+        world.plane.tickets.request(otto, RUN, "kl.coef", 0.2, "less drift")
+        for target, ready in ((f"#/run/{RUN}/dashboard", "#liveparams-panel .ctl-live-value"),
+                              (f"#/run/{RUN}/tickets", "#ctl-tickets tr[data-ticket]"), ("#/audit", "#ctl-audit tr[data-seq]")):
+            zh_page.goto(f"{server.url}/{target}")
+            zh_page.locator(ready).first.wait_for()
+            zh_page.wait_for_timeout(300)
+            for text, where in zh_page.evaluate(WALK, None):
+                if [k for k in keys if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", text)]:
+                    problems.append(f"{target}: raw key in {text!r} ({where})")
+                hit = [v for v in english.values() if text == v or text.endswith(f" {v}") or text.startswith(f"{v} ")]
+                if hit:
+                    problems.append(f"{target}: English label {hit} in {text!r} ({where})")
+    finally:
+        allow_console_error(zh_page, "ERR_INCOMPLETE_CHUNKED_ENCODING|ERR_CONNECTION_REFUSED")
+        server.stop()
+    assert not problems, "\n".join(problems[:40])

@@ -73,6 +73,13 @@ async function syncPanel(runId) {
   renderPanel(clear(node), live);
 }
 
+// A live parameter's description in the UI language: the dictionary's for the trainer's knobs
+// (ctl.param_help.<name>), else the help text the run published.
+export function paramHelp(name, spec) {
+  const key = `ctl.param_help.${name}`;
+  return t(key) !== key ? t(key) : (spec ? spec.help || "" : "");
+}
+
 function renderPanel(node, live) {
   node.append(h("h3", { class: "panel-title", text: t("ctl.live") }));
   if (!live.current) return node.append(h("div", { class: "muted", text: t("ctl.live_none") }));
@@ -80,7 +87,7 @@ function renderPanel(node, live) {
   const changed = changedKeys(live.history);
   node.append(h("div", { class: "ctl-live-values" }, Object.keys(values).sort().map((k) => h("span", {
     class: `pill ctl-live-value${changed.has(k) ? " flag" : ""}`, dataset: { param: k },
-    title: `${specs[k] ? specs[k].help : ""} [${specs[k] ? fmt(specs[k].lo) : ""}, ${specs[k] ? fmt(specs[k].hi) : ""}]`,
+    title: `${paramHelp(k, specs[k])} [${specs[k] ? fmt(specs[k].lo) : ""}, ${specs[k] ? fmt(specs[k].hi) : ""}]`,
     text: `${k} = ${fmtValue(values[k])}` }))));
   const history = [...live.history].reverse();
   node.append(h("details", { class: "ctl-live-history" }, h("summary", { text: t("ctl.live_history", { n: history.length }) }),
