@@ -82,6 +82,33 @@ def run_pages(page, url: str, run_id: str) -> None:
     page.wait_for_timeout(800)
     shoot(page, "dashboard_zh")
     page.click("#lang-toggle")
+    extra_pages(page, url, run_id)
+
+
+def extra_pages(page, url: str, run_id: str) -> None:
+    """Issue 16: the metric search with a section open, the runs table, and the dark theme."""
+    page.goto(f"{url}/#/run/{run_id}/dashboard?q=kl")
+    page.wait_for_function("() => document.querySelector('#metric-sections [data-metric=\"kl/mean\"] .chart')?.dataset.points === '40'")
+    page.wait_for_timeout(500)
+    shoot(page, "metrics_search", selector="#metrics-area")
+    page.goto(f"{url}/#/runs")
+    page.locator("#runs-list tbody tr").first.wait_for()
+    page.click("#runs-columns summary")
+    page.check("#runs-columns input[value='algo']")
+    page.click("#runs-columns summary")
+    shoot(page, "runs_table")
+    page.goto(f"{url}/#/run/{run_id}/dashboard")
+    page.evaluate("() => window.rlcockpit.theme.setTheme('dark')")
+    page.wait_for_function("() => document.getElementById('chart-reward')?.dataset.points === '40'")
+    page.wait_for_timeout(800)
+    shoot(page, "dashboard_dark")
+    page.click("#lang-toggle")
+    page.goto(f"{url}/#/run/{run_id}/alerts")
+    page.locator(".incident").wait_for()
+    page.wait_for_timeout(500)
+    shoot(page, "alerts_zh_dark")
+    page.click("#lang-toggle")
+    page.evaluate("() => window.rlcockpit.theme.setTheme('auto')")
 
 
 if __name__ == "__main__":

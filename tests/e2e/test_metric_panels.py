@@ -107,8 +107,10 @@ def test_per_chart_smoothing_log_scale_units_and_integer_steps(two_runs, serve, 
     page.select_option("#chart-grad >> xpath=.. >> select.ct-smooth", "0.9")
     series = chart(page, "d.charts.grad.chart.getOption().series.map((s) => [s.name, s.lineStyle.opacity])")
     assert len(series) == 4 and [o for _, o in series].count(1) == 2 and min(o for _, o in series) < 0.5
-    ema = chart(page, "d.charts.grad.chart.getOption().series[1].data.map((p) => p[1])")
-    raw = chart(page, "d.charts.grad.chart.getOption().series[0].data.map((p) => p[1])")
+    ema = chart(page, "d.charts.grad.chart.getOption().series[0].data.map((p) => p[1])")
+    raw = chart(page, "d.charts.grad.chart.getOption().series[1].data.map((p) => p[1])")
+    assert series[0][1] == 1 and series[1][1] < 0.5  # EMA in full colour, the raw curve faint behind
+    assert ema != raw
     assert ema[0] == pytest.approx(raw[0])  # debiased: the EMA starts at the first value, not at 0
     assert page.evaluate("() => window.rlcockpit.dashboard.charts.reward.opts.smoothing") == 0  # others keep theirs
     page.click("#chart-grad >> xpath=.. >> .ct-log")

@@ -236,8 +236,9 @@ export class StepChart {
     lines.forEach((l, i) => {
       if (l.faint || l.derived) { out.push(l); return; }
       const color = l.color || PALETTE[i % PALETTE.length];
-      out.push({ ...l, color, faint: true, raw: true });
+      // the smoothed line first: the legend takes its symbol from the first series of a name
       out.push({ ...l, color, values: ema(l.values, s), rawValues: l.values });
+      out.push({ ...l, color, faint: true, raw: true });
     });
     return out;
   }
