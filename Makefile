@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
-EXTRAS ?= train,server,io,trl,ops,clickhouse,dev
+EXTRAS ?= train,rm,server,io,trl,ops,clickhouse,dev
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint install clean bench

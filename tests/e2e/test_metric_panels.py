@@ -180,3 +180,25 @@ def test_the_view_is_in_the_url_and_restored(two_runs, serve, page):
     assert zoom == [5, 20]
     page.click("#reset-zoom")
     assert "zoom=" not in page.url and "x=step" in page.url and "q=sys" in page.url
+
+
+def test_panels_and_their_runs_travel_in_the_link(two_runs, serve, page):
+    uri, run_a, run_b = two_runs
+    server = serve(uri)
+    open_dashboard(page, server, run_a, f"?panel=eval/accuracy/math~{run_b}")
+    plot = page.locator("#user-panels .user-panel.from-link .chart")
+    wait_for(lambda: plot.get_attribute("data-points") == "30", what="the panel from the link")
+    legend = page.evaluate("() => [...window.rlcockpit.dashboard.explorer.charts.values()].find((c) => c.el.dataset.panel)"
+                           ".chart.getOption().legend[0].data")
+    assert legend == ["baseline", "lr-high"]
+    page.locator("#user-panels .user-panel.from-link").hover()
+    page.click("#user-panels .panel-save")
+    from rlcockpit.store import open_store
+
+    wait_for(lambda: (open_store(uri).layouts().get("e2e") or None) and any(
+        p["metrics"] == ["eval/accuracy/math"] and p["runs"] == [run_b]
+        for p in open_store(uri).layouts().get("e2e").layout["panels"]), what="the panel saved")
+    page.locator("#user-panels .user-panel:not(.from-link)").first.wait_for()
+    assert page.locator("#user-panels .user-panel.from-link").count() == 0  # the same panel once
+    page.click("#copy-link")
+    assert "panel=eval%2Faccuracy%2Fmath%7E" in page.url and run_b in page.url

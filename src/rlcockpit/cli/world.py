@@ -1,7 +1,8 @@
 """``rlcockpit world ...``: the offline tiny world -- data, SFT warm start, evaluation.
 
 Sub-commands: ``data`` (counts and examples), ``build-data`` (regenerate the shipped JSONL and
-tokenizer), ``sft`` (train the warm start), ``eval`` (sampled accuracy per category).
+tokenizer), ``sft`` (train the warm start), ``rm`` (train the reward model), ``eval`` (sampled
+accuracy per category).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_data(sub)
     _register_build(sub)
     _register_sft(sub)
+    _register_rm(sub)
     _register_eval(sub)
 
 
@@ -71,6 +73,37 @@ def _register_sft(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-eval", action="store_true",
                    help="skip the validation evaluation after training")
     p.set_defaults(func=cmd_sft)
+
+
+def _register_rm(sub: argparse._SubParsersAction) -> None:
+    from rlcockpit.world.rm import RMTrainConfig
+
+    defaults = RMTrainConfig()
+    p = sub.add_parser("rm", help="Train the multi-head reward model of the tiny world.",
+                       description="Train the reward model (heads: helpfulness, correctness, "
+                                   "harmlessness) on preference pairs built from the world's rule "
+                                   "rewards with noisy labels, plus the fusion LSTM, and save a "
+                                   "checkpoint directory for reward.rm.path (docs/reward_model.md). "
+                                   "Same seed and thread count give identical weights.")
+    p.add_argument("--out", type=Path, default=Path("runs/rm-tiny"), metavar="DIR",
+                   help="checkpoint directory to write (default: runs/rm-tiny)")
+    p.add_argument("--seed", type=int, default=defaults.seed, help="seed (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=defaults.steps,
+                   help="optimiser steps (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=defaults.batch_size,
+                   help="preference pairs per step (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=defaults.lr,
+                   help="learning rate (default: %(default)s)")
+    p.add_argument("--label-temperature", type=float, default=defaults.label_temperature,
+                   help="Bradley-Terry temperature of the label noise (default: %(default)s)")
+    p.add_argument("--label-flip", type=float, default=defaults.label_flip,
+                   help="extra share of flipped labels (default: %(default)s)")
+    p.add_argument("--filler-bias", type=float, default=defaults.filler_bias,
+                   help="share of filler pairs labelled for the filler: 1.0 builds the seed's "
+                        "hackable reward model (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=defaults.threads,
+                   help="torch CPU threads (default: %(default)s)")
+    p.set_defaults(func=cmd_rm)
 
 
 def _register_eval(sub: argparse._SubParsersAction) -> None:
@@ -155,6 +188,29 @@ def cmd_sft(args: argparse.Namespace) -> int:
     if not args.no_eval:
         _print_eval(console, result.model, result.tokenizer, "validation", temperature=1.0,
                     top_p=1.0, max_new_tokens=24, seed=0, show=0)
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rlcockpit.world.rm import RMTrainConfig, save_rm, train_rm
+
+    cfg = RMTrainConfig(seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                        label_temperature=args.label_temperature, label_flip=args.label_flip,
+                        filler_bias=args.filler_bias, threads=args.threads)
+    console = Console()
+    columns = (TextColumn("RM"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("rm", total=cfg.steps, loss=float("nan"))
+        result = train_rm(cfg, on_step=lambda s, loss: progress.update(task, advance=1, loss=loss))
+    out = save_rm(result, cfg, args.out)
+    console.print(f"saved {out} after {cfg.steps} steps in {result.wall_time_s:.1f} s "
+                  f"(final loss {result.losses[-1]:.3f})", highlight=False)
+    for key, value in result.stats.items():
+        console.print(f"  {key}: {value:.4g}", highlight=False)
     return 0
 
 

@@ -92,6 +92,20 @@ _REWARD = _specs("reward", [
      "Share of samples scored by the rule fallback instead of the reward model (high "
      "uncertainty or a rule fired). Healthy: small and steady; a rise means the reward model "
      "is losing confidence on the current outputs."),
+    ("reward/rule_rate", "fraction", "down",
+     "Share of samples on which a rule of the fallback scorer fired (fact error, template / "
+     "filler answer, off topic; seed 000 §3.1). One of the fusion LSTM's inputs. Healthy: small; "
+     "a rise means the policy is learning what the rules forbid -- often reward hacking."),
+    ("reward/rm_rule_disagreement", "fraction", "down",
+     "Share of samples on which a fallback rule fired although the reward model scores them "
+     "above the step's median (the model pays what a rule forbids). Healthy: small and steady; "
+     "a rise means the reward model is being exploited or has drifted."),
+    ("reward/fusion_alpha", "weight", "none",
+     "Weight alpha of the reward-model score in final = alpha * rm + beta * rule, predicted each "
+     "step by the fusion LSTM from the last 10 steps (seed 000 §3.1). 0.8 at rest."),
+    ("reward/fusion_beta", "weight", "none",
+     "Weight beta of the rule judgment in the fusion (1 - alpha). The seed's LSTM raised it from "
+     "0.2 to 0.6 when the entropy collapsed: a rise means the rules are taking over."),
     ("reward/frac_zero_std_groups", "fraction", "down",
      "GRPO: share of prompt groups whose samples all got the same reward, so their "
      "group-normalised advantages are 0 and they teach nothing. Healthy: well below 0.5; near "

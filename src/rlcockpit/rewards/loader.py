@@ -83,6 +83,19 @@ class RewardFunction:
             self._check_weights()
         return batch
 
+    def configure(self, cfg: Any) -> None:
+        """Hand ``reward.rm`` to a function that takes settings (``fn.configure(cfg)``); others ignore it."""
+        configure = getattr(self.fn, "configure", None)
+        if callable(configure):
+            configure(cfg)
+
+    @property
+    def observer(self) -> Callable[[int, Mapping[str, float]], Any] | None:
+        """``fn.observe(step, metrics)`` when the function learns from the run (the fusion of
+        rlcockpit.world.rm:score reads the step's uncertainty, rule rate and entropy); else None."""
+        observe = getattr(self.fn, "observe", None)
+        return observe if callable(observe) else None
+
     def probe(self, prompt: str, meta: Mapping[str, Any]) -> ScoredBatch:
         """Call once on one real prompt (with an empty response) so a broken function fails at set-up."""
         return self([prompt], [""], [meta], 0)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from rlcockpit.config import Config, check, option
 from rlcockpit.control.config import ControlConfig
 from rlcockpit.diagnostics.config import DiagnosticsConfig
+from rlcockpit.rewards.rm_config import RMConfig
 
 # samples per prompt of each stage of a rollout.schedule (the schedule itself: metrics.cost)
 SCHEDULE_N_SAMPLES = {"seed004": (8, 4, 2)}
@@ -85,6 +86,9 @@ class RewardConfig(Config):
                              "with running mean/std before the advantage.")
     clip: float = option(5.0, help="Clip the shaped reward to [-clip, clip] after normalisation; 0 = off.",
                          range=(0.0, 1000.0))
+    rm: RMConfig = option(default_factory=RMConfig, help="The learned reward model, its gating, rule fallback "
+                          "and fusion; used by reward.fn=rlcockpit.world.rm:score (and any reward function "
+                          "with a configure(cfg) method). docs/reward_model.md.")
 
 
 @dataclass(frozen=True)

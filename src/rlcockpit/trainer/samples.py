@@ -51,6 +51,7 @@ def build_samples(state: StepState, token_text: TokenText) -> list[SampleRecord]
     truncated = state.batch.truncated.tolist()
     kept = state.update_mask.sum(-1).gt(0).tolist()
     scored = state.scored
+    uncertainty = scored.info.get("uncertainty")  # a reward model's score std (rewards.rm_reward)
     out = []
     for i, item in enumerate(state.items):
         n = lengths[i]
@@ -62,6 +63,7 @@ def build_samples(state: StepState, token_text: TokenText) -> list[SampleRecord]
             step=state.step, sample_id=i, prompt=item.prompt, response=state.responses[i], reward=reward,
             prompt_id=item.prompt_id, group_id=state.group_ids[i], category=item.category,
             components={k: float(v[i]) for k, v in scored.components.items()},
+            uncertainty=float(uncertainty[i]) if uncertainty is not None and math.isfinite(uncertainty[i]) else None,
             flags=flags, length=n, truncated=bool(truncated[i]),
             advantage=float(adv[i]) if kept[i] else None,
             value=float(first_value[i]) if first_value is not None else None,

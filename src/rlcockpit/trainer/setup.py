@@ -80,6 +80,7 @@ def build_components(cfg: TrainConfig, actor_dir: Path | None = None) -> Compone
         critic = build_critic(critic_path, cfg.model.value_head_init_std, cfg.seed)
     source, eval_items, skipped = _prompts(cfg, tokenizer)
     reward_fn = RewardFunction.from_spec(cfg.reward.fn, cfg.reward.weights)
+    reward_fn.configure(cfg.reward.rm)
     first = source.items[0]
     reward_fn.probe(first.prompt, first.meta)  # a broken function fails here, before any training
     limit = _max_new_tokens_limit(cfg, actor, source.items + eval_items)

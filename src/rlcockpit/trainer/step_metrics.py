@@ -39,6 +39,13 @@ LOGGED_METRICS: dict[str, str] = {
     "reward/nonfinite_total": "every step", "reward/frac_zero_std_groups": "GRPO",
     "update/skipped_total": "every step",
     "reward/scale": "every step (live)",
+    "reward/uncertainty/mean": "every step, when the reward function returns info/uncertainty (reward model)",
+    "reward/gated_frac": "every step, with a reward model (info/gated)",
+    "reward/fallback_frac": "every step, with a reward model (info/fallback)",
+    "reward/rule_rate": "every step, with a reward model (info/rule_fired)",
+    "reward/rm_rule_disagreement": "every step, with a reward model (info/disagree)",
+    "reward/fusion_alpha": "every step, with a reward model (info/fusion_alpha)",
+    "reward/fusion_beta": "every step, with a reward model (info/fusion_beta)",
     "kl/mean": "every step", "kl/token_mean": "every step", "kl/token_max": "every step",
     "kl/token_p99": "every step", "kl/coef": "every step (live / adaptive)", "kl/target": "every step (live; the adaptive controller's target)",
     "kl/cycle_delta": "from the second step",
@@ -79,6 +86,15 @@ def _mean(values: np.ndarray) -> float:
     return float(finite.mean()) if finite.size else math.nan
 
 
+# what a reward model reports per sample (info/<key>, rewards.rm_reward) -> the step's catalog metric
+RM_INFO_METRICS = {
+    "uncertainty": "reward/uncertainty/mean", "gated": "reward/gated_frac",
+    "fallback": "reward/fallback_frac", "rule_fired": "reward/rule_rate",
+    "disagree": "reward/rm_rule_disagreement", "fusion_alpha": "reward/fusion_alpha",
+    "fusion_beta": "reward/fusion_beta",
+}
+
+
 def reward_metrics(state: StepState, reward_scale: float) -> dict[str, float]:
     scored, rewards = state.scored, state.rewards
     finite = np.isfinite(rewards)
@@ -93,6 +109,11 @@ def reward_metrics(state: StepState, reward_scale: float) -> dict[str, float]:
     }
     for name, values in scored.components.items():
         out[f"reward/{name}/mean"] = _mean(values)
+    for key, name in RM_INFO_METRICS.items():
+        if key in scored.info:
+            out[name] = _mean(scored.info[key])
+    if "rm_score" in scored.info:  # a reward model: raw = its score before gating, fallback, fusion
+        out["reward/raw/mean"] = _mean(scored.info["rm_score"])
     categories = np.asarray([it.category for it in state.items])
     for cat in sorted(set(categories.tolist())):
         out[f"reward/category/{cat}/mean"] = _mean(rewards[categories == cat])

@@ -150,6 +150,8 @@ class Trainer:
             self.load_state_dict(state)
         self.telemetry = self._open_run(state["run_id"] if state else None)
         self.diagnosis.attach(self)
+        if self.c.reward_fn.observer is not None:  # e.g. the fusion LSTM of the reward model
+            self.add_observer(self.c.reward_fn.observer)
         if self.control is not None:
             self.control.attach(self)
         duration = time.perf_counter() - t0

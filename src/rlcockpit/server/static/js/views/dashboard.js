@@ -44,6 +44,11 @@ export function viewFromQuery(query, prefs) {
   const zoom = (query.get("zoom") || "").split("~").map(Number);
   out.zoom = zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1] ? zoom : null;
   out.q = query.get("q") || "";
+  // panels of a shared link: ?panel=eval/accuracy/math,kl/mean~run_a,run_b (metrics ~ other runs)
+  out.panels = query.getAll("panel").map((p) => {
+    const [metrics, runs = ""] = p.split("~");
+    return { metrics: metrics.split(",").filter(Boolean), runs: runs.split(",").filter(Boolean) };
+  }).filter((p) => p.metrics.length);
   return out;
 }
 
@@ -57,6 +62,7 @@ export function viewToQuery(view) {
   if (logs.length) q.set("log", logs.join(","));
   if (view.zoom) q.set("zoom", view.zoom.map((v) => +v.toPrecision(10)).join("~"));
   if (view.q) q.set("q", view.q);
+  for (const p of view.panels || []) q.append("panel", `${p.metrics.join(",")}~${(p.runs || []).join(",")}`);
   return q;
 }
 
@@ -123,7 +129,8 @@ class Dashboard {
       runId: this.ctx.runId, project: (s.run && s.run.project) || "default", names: s.metric_names || [],
       units: s.metric_units || {}, runs: (window.rlcockpit.state && window.rlcockpit.state.runs) || [],
       xMode: this.prefs.xMode, chartOpts: (id) => this.chartOpts(id), onChartChange: (id, c) => this.onChartChange(id, c),
-      openStep: this.openStep, query: this.prefs.q, onQuery: (q) => { this.prefs.q = q; this.persist(); } });
+      openStep: this.openStep, query: this.prefs.q, onQuery: (q) => { this.prefs.q = q; this.persist(); },
+      urlPanels: this.prefs.panels || [] });
     this.explorer.mount();
   }
 
@@ -182,13 +189,15 @@ class Dashboard {
 
   // Remember the view (localStorage) and put it in the URL without reloading the page.
   persist() {
-    const { zoom, q, ...keep } = this.prefs;
+    const { zoom, q, panels, ...keep } = this.prefs;
     savePrefs(keep);
     const hash = runHref(this.ctx.runId, "dashboard", [], viewToQuery(this.prefs));
     if (location.hash !== hash) history.replaceState(null, "", hash);
   }
 
+  // The link carries the whole view, every panel shown included (so it survives layout changes).
   copyLink() {
+    if (this.explorer) this.prefs.panels = this.explorer.currentPanels();
     this.persist();
     const url = location.href;
     if (navigator.clipboard) navigator.clipboard.writeText(url).catch(() => {});

@@ -166,10 +166,32 @@ export class MetricExplorer {
     this.savedAt = await layoutApi.put(this.o.project, doc);
   }
 
+  // The saved panels, then the panels a shared link brought (?panel=metrics~runs) that are not
+  // saved already; those can be saved with ☆.
+  shownPanels() {
+    const key = (p) => JSON.stringify([p.metrics || [], [...(p.runs || [])].sort()]);
+    const saved = new Set(this.layout.panels.map(key));
+    const fromUrl = (this.o.urlPanels || []).filter((p) => !saved.has(key(p)))
+      .map((p, i) => ({ id: `u${i}`, title: "", metrics: p.metrics, runs: p.runs, fromUrl: true }));
+    return [...this.layout.panels, ...fromUrl];
+  }
+
+  // Every panel shown, as {metrics, runs}: what "Copy link" puts in the URL.
+  currentPanels() {
+    return this.shownPanels().map((p) => ({ metrics: p.metrics || [], runs: p.runs || [] }));
+  }
+
   renderPanels() {
     for (const [id, c] of this.charts) if (id.startsWith("p:")) { c.dispose(); this.charts.delete(id); }
     clear(this.panelGrid);
-    this.layout.panels.forEach((p) => this.panelGrid.append(this.panelBox(p)));
+    this.shownPanels().forEach((p) => this.panelGrid.append(this.panelBox(p)));
+  }
+
+  async savePanel(panel) {
+    const copy = { id: `p${Date.now().toString(36)}`, title: panel.title || "", metrics: panel.metrics, runs: panel.runs || [], log: false };
+    this.layout = { ...this.layout, panels: [...this.layout.panels, copy] };
+    await this.saveLayout();
+    this.renderPanels();
   }
 
   runName(runId) {
@@ -182,8 +204,10 @@ export class MetricExplorer {
     const runs = [this.o.runId, ...(panel.runs || []).filter((r) => r !== this.o.runId)];
     const metrics = expandMetrics(panel.metrics || [], this.o.names);
     const plot = h("div", { class: "chart", id: `panel-${domId(panel.id)}`, dataset: { panel: panel.id, points: "0" } });
-    const remove = h("button", { class: "btn tiny panel-remove", title: t("metrics.remove_panel"), text: "×", onclick: () => this.removePanel(panel.id) });
-    const box = h("section", { class: "chart-box user-panel", dataset: { panel: panel.id } }, plot);
+    const remove = panel.fromUrl
+      ? h("button", { class: "btn tiny panel-save", title: t("metrics.save_panel"), text: "☆", onclick: () => this.savePanel(panel) })
+      : h("button", { class: "btn tiny panel-remove", title: t("metrics.remove_panel"), text: "×", onclick: () => this.removePanel(panel.id) });
+    const box = h("section", { class: `chart-box user-panel${panel.fromUrl ? " from-link" : ""}`, dataset: { panel: panel.id } }, plot);
     const many = metrics.length > 1;
     const lines = (data) => {
       const out = [];
