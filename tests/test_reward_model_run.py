@@ -100,3 +100,22 @@ def test_rm_rule_disagreement_detector_fires_on_a_held_level():
 
     out = _feed(RMRuleDisagreement(), "reward/rm_rule_disagreement", [0.1] * 5 + [0.3] * 3 + [0.6] * 3)
     assert out[5] is None and out[7].severity == "yellow" and out[-1].severity == "orange"
+
+
+def test_rm_gating_benchmark_quick_prints_both_arms_as_json(capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from rlcockpit.world.rm import RM_CHECKPOINT
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "rm_gating.py"
+    spec = importlib.util.spec_from_file_location("rm_gating_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--quick", "--rm-dir", str(RM_CHECKPOINT)]) == 0  # an existing RM: no training
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(result) >= {"rm_alone", "rm_gated", "runs"} and len(result["runs"]) == 2
+    assert result["rm_alone"]["needs_review"] == 0.0 and result["rm_alone"]["effective"] == 1.0
+    for arm in ("rm_alone", "rm_gated"):
+        assert 0.0 <= result[arm]["filler_last"] <= 1.0 and result[arm]["kl_last"] >= 0.0
