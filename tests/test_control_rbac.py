@@ -52,6 +52,9 @@ ENDPOINTS = [
     ("GET", "/api/me", "viewer", None),
     ("GET", "/api/projects/proj/layout", "viewer", None),
     ("PUT", "/api/projects/proj/layout", "viewer", {"panels": [{"title": "KL", "metrics": ["kl/mean"]}]}),
+    ("GET", f"/api/runs/{RUN}/review", "viewer", None),
+    ("POST", f"/api/runs/{RUN}/review/1/0", "operator", {"label": "good"}),
+    ("GET", f"/api/runs/{RUN}/review/export", "viewer", None),
 ]
 
 
@@ -74,7 +77,7 @@ def test_the_matrix_covers_every_api_route(http):
 
 def _template(path: str) -> str:
     path = path.split("?")[0].replace(RUN, "{run}").replace(TICKET, "{ticket_id}")
-    path = path.replace("/samples/1/0", "/samples/{step}/{sample_id}").replace("/snapshots/1", "/snapshots/{snapshot_id}")
+    path = path.replace("/samples/1/0", "/samples/{step}/{sample_id}").replace("/review/1/0", "/review/{step}/{sample_id}").replace("/snapshots/1", "/snapshots/{snapshot_id}")
     path = path.replace("/projects/proj/", "/projects/{project}/")
     return path.replace("/library/kl_explosion", "/library/{pattern_id}")
 

@@ -162,3 +162,6 @@ def include(app: FastAPI) -> None:
 
         app.state.access = Access(app.state.control, network_bound=not app.state.settings.is_loopback)
     app.include_router(router)
+    from rlcockpit.server import routes_review  # the review queue of needs_review samples
+
+    app.include_router(routes_review.router)

@@ -1,0 +1,74 @@
+"""The review queue (docs/reward_model.md): samples the rule fallback flagged ``needs_review``,
+labelled good / bad by a person (operator), the labels kept in the audit log and exported as
+reward-model training rows. One call into :mod:`rlcockpit.control.review` per route."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
+
+from rlcockpit.control import ControlPlane, Principal
+from rlcockpit.control.errors import TicketError
+from rlcockpit.control.review import LABELS, ReviewQueue, label_dict
+from rlcockpit.server.params import I64_MAX, I64_MIN
+from rlcockpit.server.responses import SafeJSONResponse, error_responses, json_response
+from rlcockpit.server.serialize import sample_dict
+from rlcockpit.server.workers import nice_this_thread
+
+router = APIRouter(prefix="/api/runs/{run}/review", tags=["review"],
+                   default_response_class=SafeJSONResponse,
+                   responses=error_responses(400, 401, 403, 404, 409, 413, 422))
+
+
+def _queue(request: Request) -> ReviewQueue:
+    plane: ControlPlane = request.app.state.control
+    return ReviewQueue(plane.store, plane.runs)
+
+
+def _role(role: str):
+    def dependency(request: Request) -> Principal:
+        nice_this_thread(request.app.state.settings.worker_nice)
+        return request.app.state.access.require(request, role)
+
+    return Depends(dependency)
+
+
+Queue = Annotated[ReviewQueue, Depends(_queue)]
+Viewer = Annotated[Principal, _role("viewer")]
+Operator = Annotated[Principal, _role("operator")]
+Int = Annotated[int, Path(ge=I64_MIN, le=I64_MAX)]
+LABEL_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["label"], "properties": {
+        "label": {"type": "string", "enum": list(LABELS)},
+        "note": {"type": "string", "maxLength": 2000}}}}}}}
+
+
+@router.get("", summary="Samples flagged needs_review, newest first, with their latest label")
+def queue(run: str, who: Viewer, q: Queue,
+          status: Annotated[Literal["all", "open", "labelled"], Query()] = "all",
+          limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+          offset: Annotated[int, Query(ge=0, le=I64_MAX)] = 0) -> SafeJSONResponse:
+    q.runs.get_run(run)  # 404 for an unknown run
+    items, total = q.queue(run, status=status, limit=limit, offset=offset)
+    return json_response({"items": [{**sample_dict(s, token_arrays=False), "review": label_dict(lab)}
+                                    for s, lab in items], "total": total, "offset": offset,
+                          "limit": limit})
+
+
+@router.post("/{step}/{sample_id}", summary="Label a needs_review sample good or bad (operator)",
+             status_code=201, openapi_extra=LABEL_BODY)
+def label(run: str, step: Int, sample_id: Int, who: Operator, q: Queue,
+          payload: Annotated[dict[str, Any] | None, Body()] = None) -> SafeJSONResponse:
+    data = dict(payload or {})
+    if "label" not in data:
+        raise TicketError("the request body needs label (good or bad)", details={"missing": ["label"]})
+    lab = q.label(who, run, step, sample_id, str(data["label"]), str(data.get("note") or ""))
+    return json_response({"step": step, "sample_id": sample_id, "review": label_dict(lab)},
+                         status_code=201)
+
+
+@router.get("/export", summary="The labels as reward-model training rows (prompt, response, +1/-1)")
+def export(run: str, who: Viewer, q: Queue) -> SafeJSONResponse:
+    q.runs.get_run(run)
+    return json_response({"items": q.export(run)})
