@@ -5,9 +5,9 @@ an audit entry and the sample moves from the open queue to the labelled one."""
 from __future__ import annotations
 
 import pytest
+from test_control_ui import ControlServer
 
 from conftest import wait_for
-from test_control_ui import ControlServer
 
 pytestmark = pytest.mark.timeout(180)
 RUN = "rm-run"
