@@ -33,7 +33,7 @@ def test_the_cost_tab_shows_the_ledger(tmp_path, serve, page, zh_page):
     assert "0.5556" in usd  # 100 s x 8 accelerators / 3600 x $2.5
     assert "8 × H100" in page.locator("#cost-meta").inner_text()
     phases = page.locator("#cost-phases").inner_text()
-    assert phases.index("update") < phases.index("rollout") < phases.index("score")
+    assert phases.index("UPDATE") < phases.index("ROLLOUT") < phases.index("SCORE")  # the header's phase labels
     assert page.locator("#cost-steps tbody tr").count() == 10
     assert "40 %" in page.locator("#cost-schedule").inner_text()  # 20 steps: 7 x 8, 7 x 4, 6 x 2 samples
     assert page.locator(".tab[data-view=cost]").count() == 1

@@ -167,7 +167,7 @@ GLOBAL = ("runs", "library", "library/kl_explosion", "compare?runs={run},{run}")
 WALK = """(keys) => {
   const out = [];
   const walker = document.createTreeWalker(document.querySelector('#app'), NodeFilter.SHOW_TEXT);
-  const skip = (el) => el.closest('pre, code, .preview, .prompt, .response, .tokens, textarea, .hit-body, .library-entry, .finding-msg, .incident-summary, #run-picker, .ann-pop, .metric-section summary b, .evidence th, [data-metric] .chart');
+  const skip = (el) => el.closest('pre, code, .preview, .prompt, .response, .tokens, textarea, .hit-body, .library-entry, .finding-msg, .incident-summary, #run-picker, .ann-pop, .metric-section summary b, .evidence, .finding > div > b, .incident-detectors, [data-metric] .chart');
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
     const text = n.textContent.trim();
     if (!text || !n.parentElement || skip(n.parentElement) || n.parentElement.closest('[hidden]')) continue;
@@ -175,7 +175,7 @@ WALK = """(keys) => {
   }
   // titles that show the logged identifier behind a translated label, and the flags filter (it takes
   // the logged flag names), are data, not labels
-  for (const el of document.querySelectorAll('#app input[placeholder]:not(#f-flags), #app [title]:not(.pill.flag):not(.bar-label)')) {
+  for (const el of document.querySelectorAll('#app input[placeholder]:not(#f-flags), #app [title]:not(.pill.flag):not(.bar-label):not(.cost-phase-name)')) {
     if (!skip(el)) out.push([((el.getAttribute('placeholder') || '') + ' ' + (el.getAttribute('title') || '')).trim(), el.outerHTML.slice(0, 160)]);
   }
   return out;
@@ -262,4 +262,47 @@ def test_no_raw_key_and_no_english_label_in_chinese_on_the_control_pages(tmp_pat
     finally:
         allow_console_error(zh_page, "ERR_INCOMPLETE_CHUNKED_ENCODING|ERR_CONNECTION_REFUSED")
         server.stop()
+    assert not problems, "\n".join(problems[:40])
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory) -> tuple[str, str]:
+    """A finished run of the real trainer (tiny GPT-2, tiny world prompts and rewards, detectors
+    on): the metrics, samples, flags, reward components and findings a user actually sees."""
+    from rlcockpit.trainer.trainer import Trainer
+    from trainer_testkit import make_config, make_model_dir
+
+    tmp = tmp_path_factory.mktemp("real")
+    cfg = make_config(tmp, "train.steps=10", model=make_model_dir(tmp / "model"))
+    Trainer(cfg).run()
+    from rlcockpit.store import open_store
+
+    run_id = open_store(cfg.telemetry.store).reader().list_runs()[0].run_id
+    return cfg.telemetry.store, run_id
+
+
+def test_no_raw_key_and_no_english_label_in_chinese_with_a_real_run(real_run, serve, zh_page):
+    from test_i18n import dictionaries
+
+    from rlcockpit.store import SampleQuery, open_store
+
+    uri, run_id = real_run
+    server = serve(uri)
+    reader = open_store(uri).reader()
+    sample = reader.query_samples(run_id, SampleQuery(limit=1)).items[0]
+    keys = set(dictionaries()["en"])
+    english = _english_labels()
+    problems = []
+    pages = [f"#/run/{run_id}/{p}" for p in ("dashboard?q=eval", "samples", f"samples/{sample.step}/{sample.sample_id}",
+                                             "alerts", "cost")] + ["#/runs", "#/library/kl_explosion"]
+    for target in pages:
+        zh_page.goto(f"{server.url}/{target}")
+        zh_page.wait_for_load_state("networkidle")
+        zh_page.wait_for_timeout(500)
+        for text, where in zh_page.evaluate(WALK, None):
+            if [k for k in keys if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", text)]:
+                problems.append(f"{target}: raw key in {text!r} ({where})")
+            hit = [v for v in english.values() if text == v or text.endswith(f" {v}") or text.startswith(f"{v} ")]
+            if hit:
+                problems.append(f"{target}: English label {hit} in {text!r} ({where})")
     assert not problems, "\n".join(problems[:40])

@@ -2,7 +2,7 @@
 // time goes by phase, the last steps, and what the seed's sampling schedule would save. Reads
 // GET /api/runs/{run}/cost; refreshes while the run is live. Labels in namespace "cost.".
 import { get } from "../api.js";
-import { extend, t } from "../i18n.js";
+import { extend, label, t } from "../i18n.js";
 import { registerView } from "../router.js";
 import { clear, fmt, h, panel, withStates } from "../ui.js";
 
@@ -79,7 +79,7 @@ function render(body, d) {
     `${t("cost.hardware")}: ${p.accelerators} × ${p.accelerator}${p.price_per_hour ? ` @ $${p.price_per_hour}/h` : ""} · ${t("cost.params")}: ${params}`);
   const noPrice = p.price_per_hour ? null : h("div", { class: "muted", text: t("cost.no_price") });
   const phases = h("div", { id: "cost-phases" }, Object.entries(d.phase_share || {}).map(([ph, share]) =>
-    h("div", { class: "cost-phase" }, h("span", { class: "cost-phase-name", text: ph }),
+    h("div", { class: "cost-phase" }, h("span", { class: "cost-phase-name", title: ph, text: label("phase", String(ph).toLowerCase()) }),
       h("span", { class: "cost-bar", style: { display: "inline-block", height: "10px", background: "#5b8ff9", width: `${Math.max(1, Math.round(240 * share))}px` } }),
       h("span", { class: "muted", text: ` ${(100 * share).toFixed(1)} %` }))));
   const steps = h("table", { class: "list", id: "cost-steps" },
