@@ -30,6 +30,12 @@ def test_a_short_run_with_the_reward_model_stores_its_decisions(tmp_path):
     fn = trainer.c.reward_fn.fn
     assert isinstance(fn, WorldRMScore) and fn.cfg.gating.threshold == 0.02  # configured from reward.rm
     assert len(fn.reward.fusion.history) == 3  # one observed step each: the fusion LSTM's input
+    state = trainer.state_dict()["reward_fn"]  # what a checkpoint keeps: a resumed run goes on
+    assert len(state["fusion"]["history"]) == 3
+    fresh = WorldRMScore(fn.cfg)
+    fresh.load_state_dict(state)
+    fresh(["Q: What is 1 + 2?\nA:"], [" 1 + 2 = \\boxed{3}"], [{"category": "math", "answer": "3"}], 4)
+    assert fresh.reward.fusion.state_dict() == state["fusion"]
     got = series(cfg, result.run_id)
     for name in RM_METRICS:
         assert sorted(s for s, _ in got[name]) == [1, 2, 3], name

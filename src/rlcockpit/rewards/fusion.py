@@ -168,6 +168,15 @@ class FusionWeights:
     def reset(self) -> None:
         self.history.clear()
 
+    def state_dict(self) -> dict[str, Any]:
+        """The observed history (a checkpoint keeps it, so a resumed run's fusion goes on)."""
+        return {"history": [list(row) for row in self.history]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.history.clear()
+        for row in state.get("history", ()):
+            self.observe(*row)
+
     def current(self) -> tuple[float, float]:
         if self.lstm is None:
             return self.fixed

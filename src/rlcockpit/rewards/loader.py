@@ -96,6 +96,16 @@ class RewardFunction:
         observe = getattr(self.fn, "observe", None)
         return observe if callable(observe) else None
 
+    def state_dict(self) -> Any:
+        """``fn.state_dict()`` for a function with state worth a checkpoint (the fusion's history), else None."""
+        state_dict = getattr(self.fn, "state_dict", None)
+        return state_dict() if callable(state_dict) else None
+
+    def load_state_dict(self, state: Any) -> None:
+        load = getattr(self.fn, "load_state_dict", None)
+        if state is not None and callable(load):
+            load(state)
+
     def probe(self, prompt: str, meta: Mapping[str, Any]) -> ScoredBatch:
         """Call once on one real prompt (with an empty response) so a broken function fails at set-up."""
         return self([prompt], [""], [meta], 0)

@@ -58,6 +58,12 @@ class RMReward:
         self.cfg = cfg
         self.fusion = self._fusion(cfg)
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"fusion": self.fusion.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.fusion.load_state_dict(dict(state.get("fusion", {})))
+
     def observe(self, step: int, metrics: Mapping[str, float]) -> None:
         """One training step's signals for the fusion LSTM (missing ones skip the step)."""
         u, r, h = (float(metrics.get(k, float("nan"))) for k in HISTORY_METRICS)

@@ -24,6 +24,7 @@ def trainer_state(t: Any) -> dict[str, Any]:
         "clip_controller": c.clip_ctl.state_dict() if c.clip_ctl else None,
         "reward_rms": c.reward_rms.state_dict() if c.reward_rms else None,
         "value_norm": c.value_norm.state_dict() if c.value_norm else None,
+        "reward_fn": c.reward_fn.state_dict(),  # e.g. the reward model's fusion history
         "live": t.live.params.as_dict(), "data": c.source.state_dict(),
         "control": t.control.state_dict() if t.control is not None else None,
         "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
@@ -46,6 +47,7 @@ def restore_trainer_state(t: Any, state: dict[str, Any]) -> None:
     for obj, key in ((c.clip_ctl, "clip_controller"), (c.reward_rms, "reward_rms"), (c.value_norm, "value_norm")):
         if obj is not None and state.get(key) is not None:
             obj.load_state_dict(state[key])
+    c.reward_fn.load_state_dict(state.get("reward_fn"))
     t.live.set_params(LiveParams(**state["live"]))
     if t.control is not None:
         t.control.restored(state.get("control"))

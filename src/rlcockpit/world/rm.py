@@ -289,6 +289,18 @@ class WorldRMScore:
     def __init__(self, cfg: RMConfig | None = None) -> None:
         self.cfg = cfg or RMConfig()
         self.reward: Any = None
+        self._pending_state: Mapping[str, Any] | None = None  # restored before the model loads
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.reward is not None:
+            return self.reward.state_dict()
+        return dict(self._pending_state or {})
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.reward is not None:
+            self.reward.load_state_dict(state)
+        else:
+            self._pending_state = state
 
     def configure(self, cfg: RMConfig) -> None:
         if self.reward is not None and cfg.path == self.cfg.path and \
@@ -296,6 +308,7 @@ class WorldRMScore:
             self.reward.configure(cfg)
         else:
             self.reward = None
+        self._pending_state = None  # a new run starts the fusion at rest
         self.cfg = cfg
 
     def observe(self, step: int, metrics: Mapping[str, float]) -> None:
@@ -308,6 +321,9 @@ class WorldRMScore:
             from rlcockpit.rewards.rm_reward import build_rm_reward
 
             self.reward = build_rm_reward(self.cfg, resolve_rm_path(self.cfg.path), FACT_RULES)
+            if self._pending_state is not None:
+                self.reward.load_state_dict(self._pending_state)
+                self._pending_state = None
         rows = self.reward(prompts, responses, meta, step)
         for row, r, m in zip(rows, responses, meta, strict=True):
             world = world_rewards.score_sample(r, m)
