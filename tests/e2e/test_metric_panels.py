@@ -202,3 +202,15 @@ def test_panels_and_their_runs_travel_in_the_link(two_runs, serve, page):
     assert page.locator("#user-panels .user-panel.from-link").count() == 0  # the same panel once
     page.click("#copy-link")
     assert "panel=eval%2Faccuracy%2Fmath%7E" in page.url and run_b in page.url
+
+
+def test_an_opened_section_stays_open(two_runs, serve, page):
+    uri, run_a, run_b = two_runs
+    server = serve(uri)
+    open_dashboard(page, server, run_a)
+    page.click("#metric-sections details[data-section='sys'] summary")
+    sys_chart = page.locator("#metric-sections [data-metric='sys/rss_gb'] .chart")
+    wait_for(lambda: sys_chart.get_attribute("data-points") == "30", what="the sys section")
+    open_dashboard(page, server, run_b)  # another run of the project
+    wait_for(lambda: sys_chart.get_attribute("data-points") == "30", what="the sys section, still open")
+    assert page.locator("#metric-sections details[data-section='eval']").get_attribute("open") is None

@@ -80,6 +80,7 @@ export class MetricExplorer {
       this.formBox, this.panelGrid, this.sectionBox));
     for (const [section, names] of this.sections) this.sectionBox.append(this.sectionNode(section, names));
     this.applySearch(true);
+    if (!this.query()) for (const det of this.sectionBox.children) if (this.openSections().has(det.dataset.section)) det.open = true;
     this.loadLayout();
   }
 
@@ -89,8 +90,26 @@ export class MetricExplorer {
       h("summary", {}, h("b", { text: section }), h("span", { class: "muted small", text: ` · ${names.length}` })), grid);
     det.grid = grid;
     det.names = names;
-    det.addEventListener("toggle", () => det.open && this.fillSection(det));
+    det.addEventListener("toggle", () => {
+      if (det.open) this.fillSection(det);
+      if (!this.query()) this.rememberSection(section, det.open); // a search opens sections; that is not a choice
+    });
     return det;
+  }
+
+  // The sections a user opened stay open on the project's dashboards (this browser: localStorage).
+  openSections() {
+    try {
+      return new Set(JSON.parse(localStorage.getItem(`rlcockpit.sections.${this.o.project}`) || "[]"));
+    } catch {
+      return new Set();
+    }
+  }
+
+  rememberSection(section, open) {
+    const s = this.openSections();
+    if (open) s.add(section); else s.delete(section);
+    localStorage.setItem(`rlcockpit.sections.${this.o.project}`, JSON.stringify([...s]));
   }
 
   // Draw the section's charts (those matching the search) and fetch their curves in one request.
