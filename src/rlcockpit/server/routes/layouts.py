@@ -22,9 +22,12 @@ MAX_PANELS = 200
 _NAMES = {"type": "array", "items": {"type": "string"}}
 PANEL = {"type": "object", "properties": {"id": {"type": "string"}, "title": {"type": "string"},
                                           "metrics": _NAMES, "runs": _NAMES, "log": {"type": "boolean"}}}
+RUN_META = {"type": "object", "properties": {"tags": _NAMES, "group": {"type": "string"}}}
 LAYOUT_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
     "type": "object", "properties": {"panels": {"type": "array", "maxItems": MAX_PANELS, "items": PANEL},
-                                     "folded": _NAMES},
+                                     "folded": _NAMES,
+                                     "runs": {"type": "object", "additionalProperties": RUN_META,
+                                              "description": "tags and group per run id (the runs table)"}},
     "description": "the layout document (at most 64 KiB of JSON)"}}}}}
 
 
@@ -54,16 +57,32 @@ def put_layout(project: str, request: Request,
 
 
 def check_layout(payload: dict[str, Any]) -> None:
-    """``panels`` is a list of objects each with a list of metric names; the document must be
-    JSON without NaN and within the store's size limit."""
+    """The document as LAYOUT_BODY declares it (``panels``: objects with string ``id`` / ``title``,
+    lists of strings ``metrics`` / ``runs``, boolean ``log``; ``folded``: strings; ``runs``: per run
+    id ``tags`` (strings) and ``group``), JSON without NaN and within the store's size limit."""
     panels = payload.get("panels", [])
     if not isinstance(panels, list) or len(panels) > MAX_PANELS:
         raise ParameterError("panels", type(panels).__name__, f"give a list of at most {MAX_PANELS} panels")
     for panel in panels:
-        if not isinstance(panel, dict) or not isinstance(panel.get("metrics", []), list):
+        if not (isinstance(panel, dict) and _fits(panel, strings=("id", "title"), lists=("metrics", "runs"),
+                                                   flags=("log",))):
             raise ParameterError("panels", str(panel)[:80], "each panel is an object with a list of metrics, "
-                                 'e.g. {"title": "KL", "metrics": ["kl/mean"], "runs": []}')
+                                 'e.g. {"title": "KL", "metrics": ["kl/mean"], "runs": [], "log": false}')
+    if not _fits(payload, lists=("folded",)):
+        raise ParameterError("folded", str(payload.get("folded"))[:80], "give a list of section names")
+    runs = payload.get("runs", {})
+    if not isinstance(runs, dict) or not all(isinstance(m, dict) and _fits(m, strings=("group",), lists=("tags",))
+                                             for m in runs.values()):
+        raise ParameterError("runs", str(runs)[:80], 'give {run_id: {"tags": [...], "group": "..."}}')
     try:
         encode(payload)
     except (StoreError, ValueError) as exc:
         raise ParameterError("layout", "…", str(exc)) from exc
+
+
+def _fits(obj: dict[str, Any], *, strings: tuple[str, ...] = (), lists: tuple[str, ...] = (),
+          flags: tuple[str, ...] = ()) -> bool:
+    """Each present key has its declared type (lists: of strings)."""
+    return (all(isinstance(obj[k], str) for k in strings if k in obj)
+            and all(isinstance(obj[k], list) and all(isinstance(x, str) for x in obj[k]) for k in lists if k in obj)
+            and all(isinstance(obj[k], bool) for k in flags if k in obj))
