@@ -186,6 +186,9 @@ def test_fusion_weights_start_at_rest_follow_observed_steps_and_skip_nan(shipped
 
     fw = FusionWeights(shipped_lstm, window=10)
     assert fw.current() == pytest.approx((0.8, 0.2))
+    fw.observe(0.05, 0.1, 2.0)  # one calm step, padded to the window: still at rest
+    assert fw.current()[1] == pytest.approx(0.2, abs=0.03)
+    fw.reset()
     for t in range(10):
         fw.observe(0.05, 0.1, 2.0 * (1 - 0.05 * t))
     fw.observe(float("nan"), 0.1, 1.0)

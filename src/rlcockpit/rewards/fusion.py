@@ -152,7 +152,8 @@ class FusionWeights:
 
     ``observe(uncertainty, rule_rate, entropy)`` once per training step (the trainer's DIAGNOSE
     calls it through the reward function); before any step is observed the weights are the
-    resting ones (0.8, 0.2). Steps with a non-finite signal are skipped.
+    resting ones (0.8, 0.2); a shorter history than the window is padded in front with its first
+    step. Steps with a non-finite signal are skipped.
     """
 
     def __init__(self, lstm: Any | None, window: int = 10, fixed: tuple[float, float] = (1.0, 0.0)) -> None:
@@ -182,7 +183,10 @@ class FusionWeights:
             return self.fixed
         if not self.history:
             return 1.0 - BETA_REST, BETA_REST
-        return predict(self.lstm, list(self.history))
+        rows = list(self.history)
+        # fewer steps than the window: the first one repeated in front ("no movement seen yet"),
+        # so the LSTM always reads the window length it was trained on
+        return predict(self.lstm, [rows[0]] * (self.history.maxlen - len(rows)) + rows)
 
 
 def predict(lstm: Any, window: Sequence[Sequence[float]]) -> tuple[float, float]:
