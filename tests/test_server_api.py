@@ -81,7 +81,7 @@ def test_project_layout_round_trips_and_refuses_bad_documents(client):
     assert ok(client, "/api/projects/p9/layout")["layout"] == panels
     assert ok(client, "/api/projects/other/layout")["layout"] is None
     for bad in ({"panels": "x"}, {"panels": [1]}, {"panels": [{"metrics": "kl/mean"}]},
-                {"panels": [{"metrics": ["x" * 70000]}]}, {"folded": [{}]}, {"panels": [{"metrics": [1]}]},
+                {"panels": [{"metrics": ["x" * 70000]}]}, {"panels": [{"metrics": [1]}]},
                 {"panels": [{"log": "yes"}]}, {"runs": {"r": {"tags": "a"}}}):
         r = client.put("/api/projects/p9/layout", json=bad)
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_parameter", (bad, r.text)

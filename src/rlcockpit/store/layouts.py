@@ -1,5 +1,5 @@
-"""Saved dashboard layouts, one per project (docs/ui.md, "Panels"): the panels a user added (any
-metrics, any runs) and the sections they folded, as one JSON document.
+"""Saved dashboard layouts, one per project (docs/ui.md, "All metrics and panels"): the panels users
+added (any metrics, any runs) and the runs' tags and groups (the runs table), as one JSON document.
 
 A layout is small and rarely written, so both backends keep the newest document per project:
 SQLite one row per project (``layouts``, schema v6), ClickHouse a ReplacingMergeTree read with

@@ -1,5 +1,5 @@
-"""A project's saved dashboard layout (docs/ui.md, "Panels"): the panels users added (any metrics,
-any runs) and the sections they folded. Any reader may save it — a layout changes what the
+"""A project's saved dashboard layout (docs/ui.md, "All metrics and panels"): the panels users
+added (any metrics, any runs) and the runs' tags and groups (the runs table). Any reader may save it — a layout changes what the
 project's dashboards show, never a run — and the saver's name is kept with it."""
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ PANEL = {"type": "object", "properties": {"id": {"type": "string"}, "title": {"t
 RUN_META = {"type": "object", "properties": {"tags": _NAMES, "group": {"type": "string"}}}
 LAYOUT_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
     "type": "object", "properties": {"panels": {"type": "array", "maxItems": MAX_PANELS, "items": PANEL},
-                                     "folded": _NAMES,
                                      "runs": {"type": "object", "additionalProperties": RUN_META,
                                               "description": "tags and group per run id (the runs table)"}},
     "description": "the layout document (at most 64 KiB of JSON)"}}}}}
@@ -45,7 +44,7 @@ def get_layout(project: str, request: Request) -> SafeJSONResponse:
 
 
 @router.put("/projects/{project}/layout", summary="Save the project's dashboard layout "
-                                                  "({\"panels\": [...], \"folded\": [...]})",
+                                                  "({\"panels\": [...], \"runs\": {...}})",
             openapi_extra=LAYOUT_BODY)
 def put_layout(project: str, request: Request,
                payload: Annotated[dict[str, Any], Body(description="the layout document")]
@@ -58,8 +57,8 @@ def put_layout(project: str, request: Request,
 
 def check_layout(payload: dict[str, Any]) -> None:
     """The document as LAYOUT_BODY declares it (``panels``: objects with string ``id`` / ``title``,
-    lists of strings ``metrics`` / ``runs``, boolean ``log``; ``folded``: strings; ``runs``: per run
-    id ``tags`` (strings) and ``group``), JSON without NaN and within the store's size limit."""
+    lists of strings ``metrics`` / ``runs``, boolean ``log``; ``runs``: per run id ``tags``
+    (strings) and ``group``), JSON without NaN and within the store's size limit."""
     panels = payload.get("panels", [])
     if not isinstance(panels, list) or len(panels) > MAX_PANELS:
         raise ParameterError("panels", type(panels).__name__, f"give a list of at most {MAX_PANELS} panels")
@@ -68,8 +67,6 @@ def check_layout(payload: dict[str, Any]) -> None:
                                                    flags=("log",))):
             raise ParameterError("panels", str(panel)[:80], "each panel is an object with a list of metrics, "
                                  'e.g. {"title": "KL", "metrics": ["kl/mean"], "runs": [], "log": false}')
-    if not _fits(payload, lists=("folded",)):
-        raise ParameterError("folded", str(payload.get("folded"))[:80], "give a list of section names")
     runs = payload.get("runs", {})
     if not isinstance(runs, dict) or not all(isinstance(m, dict) and _fits(m, strings=("group",), lists=("tags",))
                                              for m in runs.values()):
