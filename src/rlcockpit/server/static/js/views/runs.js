@@ -5,7 +5,7 @@
 // layout (`runs: {run_id: {tags, group}}`, PUT /api/projects/{project}/layout).
 import { api } from "../api.js";
 import { t } from "../i18n.js";
-import { simpleLines } from "../charts.js";
+import { chartTools, PALETTE, StepChart } from "../charts.js";
 import { globalHref, registerView, runHref } from "../router.js";
 import { clear, fmt, fmtTime, h, withStates } from "../ui.js";
 import { layoutApi } from "./metric_panels.js";
@@ -229,6 +229,25 @@ function mountRuns(root, ctx) {
   return () => clear(root);
 }
 
+// One metric of several runs, a line per run (legend: the run's name), with the step charts'
+// tools: smoothing (raw faint behind), log scale, CSV and PNG; linked zoom across the page.
+function compareChart(grid, name, series, units) {
+  const el = h("div", { class: "chart", dataset: { metric: name } });
+  const box = h("section", { class: "chart-box" }, el);
+  grid.append(box);
+  const runsShown = Object.keys(series);
+  const spec = { id: `compare-${name}`, title: name, names: runsShown, primary: null, unit: units[name] || "",
+    lines: (data) => runsShown.map((r, i) => {
+      const d = data.get(r);
+      return d && d.steps.length ? { name, label: r, steps: d.steps, values: d.values, walls: d.walls, color: PALETTE[i % PALETTE.length] } : null;
+    }).filter(Boolean) };
+  const chart = new StepChart(el, spec, { group: "rlcockpit-compare", units });
+  chart.opts = { smoothing: 0 };
+  chart.setSeries(series);
+  box.prepend(chartTools(chart));
+  return chart;
+}
+
 function mountCompare(root, ctx) {
   const runs = (ctx.query.get("runs") || "").split(",").filter(Boolean);
   const names = (ctx.query.get("names") || COMPARE_DEFAULT.join(",")).split(",").filter(Boolean);
@@ -266,16 +285,19 @@ function mountCompare(root, ctx) {
     if (first) for (const n of first.metric_names || []) datalist.append(h("option", { value: n }));
     const shown = [...new Set(Object.values(res.runs || {}).flatMap((b) => Object.keys(b.series || {})))];
     const order = [...names.filter((n) => !n.includes("*")), ...shown.filter((n) => !names.includes(n))];
+    const units = (first && first.metric_units) || {};
     for (const name of order) {
-      const lines = {};
+      const series = {};
       for (const [run, body] of Object.entries(res.runs || {})) {
-        const s = body.series && body.series[name];
-        if (s && s.steps.length) lines[label(run)] = s;
+        const sr = body.series && body.series[name];
+        if (sr && sr.steps.length) series[label(run)] = sr;
       }
-      const el = h("div", { class: "chart", dataset: { metric: name } });
-      grid.append(h("section", { class: "chart-box" }, el));
-      if (Object.keys(lines).length) disposers.push(simpleLines(el, { title: name, lines, group: "rlcockpit-compare" }).dispose);
-      else el.replaceWith(h("div", { class: "state state-empty small", text: `${name}: ${t("state.no_data")}` }));
+      if (!Object.keys(series).length) {
+        grid.append(h("div", { class: "state state-empty small", text: `${name}: ${t("state.no_data")}` }));
+        continue;
+      }
+      const chart = compareChart(grid, name, series, units);
+      disposers.push(() => chart.dispose());
     }
     echarts.connect("rlcockpit-compare");
   });
