@@ -200,8 +200,12 @@ class Dashboard {
     if (this.explorer) this.prefs.panels = this.explorer.currentPanels();
     this.persist();
     const url = location.href;
-    if (navigator.clipboard) navigator.clipboard.writeText(url).catch(() => {});
-    this.root.querySelector("#copy-link").dataset.copied = url;
+    const btn = this.root.querySelector("#copy-link");
+    btn.dataset.copied = url;
+    const done = (key) => { btn.textContent = t(key); setTimeout(() => { btn.textContent = t("dash.copy_link"); }, 2000); };
+    // the clipboard needs a secure context (https or localhost); else the address bar has the link
+    if (navigator.clipboard) navigator.clipboard.writeText(url).then(() => done("dash.link_copied"), () => done("dash.link_in_bar"));
+    else done("dash.link_in_bar");
   }
 
   onZoom() {
