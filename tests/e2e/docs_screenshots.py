@@ -103,12 +103,24 @@ def extra_pages(page, url: str, run_id: str) -> None:
     page.wait_for_timeout(800)
     shoot(page, "dashboard_dark")
     page.click("#lang-toggle")
-    page.goto(f"{url}/#/run/{run_id}/alerts")
-    page.locator(".incident").wait_for()
-    page.wait_for_timeout(500)
-    shoot(page, "alerts_zh_dark")
+    zh_dark_pages(page, url, run_id)
     page.click("#lang-toggle")
     page.evaluate("() => window.rlcockpit.theme.setTheme('auto')")
+
+
+def zh_dark_pages(page, url: str, run_id: str) -> None:
+    """Every other page once more in 中文 and the dark theme (the light English ones are above)."""
+    shots = [("alerts", "#/run/{run}/alerts", ".incident"),
+             ("samples", "#/run/{run}/samples/40/1?step_min=38", "#token-kl .tok"),
+             ("snapshot", "#/run/{run}/snapshot/1", "#snap-head-cov"),
+             ("cost", "#/run/{run}/cost", "#cost-totals, #cost-empty"),
+             ("library", "#/library/kl_explosion", "#library-sources"),
+             ("runs", "#/runs", "#runs-list tbody tr")]
+    for name, route, ready in shots:
+        page.goto(f"{url}/{route.format(run=run_id)}")
+        page.locator(ready).first.wait_for()
+        page.wait_for_timeout(500)
+        shoot(page, f"{name}_zh_dark")
 
 
 if __name__ == "__main__":
