@@ -332,3 +332,19 @@ def test_load_reward_model_names_the_command_for_a_missing_checkpoint(tmp_path):
 
     with pytest.raises(NotFoundError, match="rlcockpit world rm --out"):
         load_reward_model(tmp_path)
+
+
+def test_the_shipped_checkpoint_is_small_and_documented_as_the_defaults_produce_it():
+    import dataclasses
+    import json
+
+    from rlcockpit.world.rm import RM_CHECKPOINT, RMTrainConfig
+
+    size = sum(p.stat().st_size for p in RM_CHECKPOINT.iterdir())
+    assert size < 1_500_000, size
+    config = json.loads((RM_CHECKPOINT / "config.json").read_text(encoding="utf-8"))
+    assert config["train"] == dataclasses.asdict(RMTrainConfig())  # `rlcockpit world rm` defaults
+    readme = (RM_CHECKPOINT / "README.md").read_text(encoding="utf-8")
+    assert "rlcockpit world rm --out src/rlcockpit/world/checkpoints/rm-tiny --seed 0" in readme
+    for head in ("helpfulness", "correctness", "harmlessness"):
+        assert f"{100 * config['stats'][f'val_pair_acc/{head}']:.1f}%" in readme, head
