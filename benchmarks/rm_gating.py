@@ -14,8 +14,11 @@ cold-start data). Both arms train PPO from the SFT warm start with the same seed
 Measured per run from the store: the share of responses with the filler (the world's ``filler``
 label) over the first and the last steps, validation accuracy per category (the world's rules
 judge correctness, the policy never sees them as reward in either arm), ``kl/mean`` at the end,
-the share of samples whose uncertainty is above 0.15 (the seed: 30% without gating), and the share
-of samples the model's score counts at full weight in the gated arm (the seed: 89% effective).
+the share of samples whose uncertainty is above 0.15 (the seed: 30% without gating), the share
+of samples the model's score counts at full weight in the gated arm (the seed: 89% effective),
+and what the reward-model detectors (rm_uncertainty, rm_fallback_rise, rm_rule_disagreement) and
+reward_hacking raise when the stored run is replayed through the diagnostics engine (as
+``rlcockpit doctor`` does; the runs train with diagnostics off, so no action interferes).
 
 Prints a table, then as the LAST line one JSON object.
 """
@@ -39,6 +42,7 @@ ARMS = {
     "rm_gated": [],
 }
 CATEGORIES = ("math", "knowledge", "safety", "chat")
+WATCHED = ("rm_uncertainty", "rm_fallback_rise", "rm_rule_disagreement", "reward_hacking")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rm-dir", type=Path, default=Path("runs/rm-filler"),
                    help="the hackable reward model; trained (filler_bias 1.0) when missing")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--arms", nargs="+", choices=tuple(ARMS), default=list(ARMS))
+    p.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                   help="keep the runs' SQLite stores in DIR (default: a temporary directory)")
     p.add_argument("--quick", action="store_true", help="smoke mode: 2 steps, 1 seed, tiny batches")
     return p.parse_args(argv)
 
@@ -85,6 +92,7 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, rm: Path, workdir: Pa
 
 
 def read_run(uri: str, run_id: str, steps: int) -> dict:
+    from rlcockpit.diagnostics.offline import diagnose_run
     from rlcockpit.store import open_store
     from rlcockpit.store.base import SampleQuery
 
@@ -99,8 +107,11 @@ def read_run(uri: str, run_id: str, steps: int) -> dict:
                 break
         names = ["kl/mean", *(f"eval/accuracy/{c}" for c in CATEGORIES), "reward/fusion_beta"]
         series = reader.read_series(run_id, names)
+        report = diagnose_run(reader, run_id)
     finally:
         reader.close()
+    findings = {d: sorted({(f.severity) for f in report.findings if f.detector == d}) for d in WATCHED}
+    first = {d: min((f.step for f in report.findings if f.detector == d), default=None) for d in WATCHED}
     k = max(1, steps // 4)
 
     def share(flag: str, lo: int, hi: int) -> float:
@@ -123,6 +134,7 @@ def read_run(uri: str, run_id: str, steps: int) -> dict:
         "needs_review": sum("needs_review" in s.flags for s in samples) / max(1, len(samples)),
         "accuracy_start": {c: a[0] for c, a in acc.items()}, "accuracy_end": {c: a[1] for c, a in acc.items()},
         "beta_last": beta.values[-1] if beta and beta.values else None,
+        "findings": {d: {"severities": findings[d], "first_step": first[d]} for d in WATCHED},
     }
 
 
@@ -143,7 +155,9 @@ def summarise(rows: list[dict]) -> dict:
                     "kl_last": mean("kl_last"), "above_015": mean("above_015"),
                     "effective": mean("effective"), "needs_review": mean("needs_review"),
                     "accuracy_end": acc_end, "accuracy_end_mean": statistics.fmean(acc_end.values()),
-                    "accuracy_start": {c: rs[0]["accuracy_start"][c] for c in CATEGORIES}}
+                    "accuracy_start": {c: rs[0]["accuracy_start"][c] for c in CATEGORIES},
+                    "runs_with_finding": {d: sum(bool(r["findings"][d]["severities"]) for r in rs)
+                                          for d in WATCHED}}
     return out
 
 
@@ -154,6 +168,8 @@ def print_table(summary: dict) -> None:
         acc = "/".join(f"{s['accuracy_end'][c]:.2f}" for c in CATEGORIES)
         print(f"{arm:10} {s['filler_first']:12.1%} {s['filler_last']:11.1%} {s['kl_last']:8.3f} "
               f"{s['above_015']:7.1%} {s['effective']:9.1%} {s['needs_review']:7.1%} {acc:>36}")
+    for arm, s in summary.items():
+        print(f"{arm}: runs with a finding per detector: {s['runs_with_finding']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,9 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     rm = hackable_rm(args.rm_dir, args.threads)
     rows = []
     with tempfile.TemporaryDirectory(prefix="rm_gating-") as tmp:
+        workdir = args.keep or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
         for seed in seeds:
-            for arm in ARMS:
-                row = run_arm(arm, seed, args, rm, Path(tmp))
+            for arm in args.arms:
+                row = run_arm(arm, seed, args, rm, workdir)
                 print(f"{arm} seed {seed}: filler {row['filler_first']:.1%} -> {row['filler_last']:.1%}, "
                       f"KL {row['kl_last']:.3f}, {row['wall_s']:.0f} s", flush=True)
                 rows.append(row)
