@@ -12,17 +12,16 @@ import scipy.stats
 
 from detector_kit import conditions, feed, first
 from rlcockpit.diagnostics import SKIPPED, Engine, StepView, registry
-from rlcockpit.diagnostics.detectors._reward_stats import (
+from rlcockpit.diagnostics.detectors.reward_hacking import ngram_shares
+from rlcockpit.diagnostics.detectors.reward_oscillation import acf
+from rlcockpit.diagnostics.stats import (
     Lagged,
     bimodality_coefficient,
     excess_kurtosis,
-    ks_test,
     skewness,
     spearman,
 )
-from rlcockpit.diagnostics.detectors.reward_hacking import ngram_shares
-from rlcockpit.diagnostics.detectors.reward_oscillation import acf
-from rlcockpit.metrics.ks import ks_2samp
+from rlcockpit.metrics.ks import ks_2samp, ks_test
 from rlcockpit.records import SampleRecord
 from streams import HEALTHY, load_samples, load_stream
 
@@ -101,7 +100,7 @@ def test_lagged_reference_freezes_and_finds_the_onset():
 
 
 def test_pooled_level_is_welchs_z_of_the_pooled_steps():
-    from rlcockpit.diagnostics.detectors._reward_stats import PooledLevel
+    from rlcockpit.diagnostics.stats import PooledLevel
 
     rng = np.random.default_rng(16)
     steps = [rng.normal(0.0 if i < 12 else -1.0, 1.0, 10) for i in range(14)]

@@ -1,4 +1,4 @@
-"""Helpers shared by the reward and sample detectors (no detector here; numpy only).
+"""Statistics shared by the detectors (no detector here; numpy only).
 
 - :class:`Lagged` — the last ``recent`` values of a quantity against the ``window`` values logged
   before them (a reference that can be frozen while a condition holds, so a lasting change stays
@@ -8,7 +8,8 @@
 - :class:`PooledLevel` — the same for per-step arrays of sample values: the pooled recent samples
   against the pooled reference samples (Welch's z), for levels whose noise the samples tell;
 - :func:`sample_values` — a numeric field of the step's samples, finite values only;
-- :func:`ks_test` — a fast two-sample KS test for a small sample against a large pool.
+- the two-sample KS test lives in :mod:`rlcockpit.metrics.ks` (``ks_test``: fast for a small
+  sample against a large pool).
 
 Each statistic is checked against a naive formula in tests/test_detectors_b.py.
 """
@@ -21,8 +22,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from rlcockpit.diagnostics.windows import MAD_TO_SIGMA, Window, mad, median, robust_z
-from rlcockpit.metrics.ks import ks_2samp, ks_statistic, kstwo_sf
+from rlcockpit.diagnostics.windows import MAD_TO_SIGMA, Window, mad, median, ranks, robust_z
 from rlcockpit.records import SampleRecord
 
 BC_UNIFORM = 5.0 / 9.0  # Sarle's bimodality coefficient of a uniform distribution: above → bimodal
@@ -153,26 +153,6 @@ def sample_values(samples: Sequence[SampleRecord], field: str) -> np.ndarray:
     return values[np.isfinite(values)]
 
 
-def ks_test(a: Sequence[float], b: Sequence[float], exact_max: int = 64) -> tuple[float, float]:
-    """Two-sided two-sample KS test -> (D, p) for one step's samples against a pooled reference.
-
-    Exact (``ks_2samp``) when both samples have at most ``exact_max`` values; otherwise D with the
-    one-sample distribution of D_N at N = n1·n2 / (n1 + n2) (scipy's asymptotic form), because the
-    exact lattice count for 32 values against 640 costs ~10 ms per call in a detector that runs
-    every step. The detectors use p-value thresholds of 1e-4 and below, where both agree in order
-    of magnitude (checked in tests/test_detectors_b.py).
-    """
-    x = np.sort(np.asarray(a, dtype=float).ravel())
-    y = np.sort(np.asarray(b, dtype=float).ravel())
-    if x.size == 0 or y.size == 0:
-        raise ValueError("ks_test needs two non-empty samples")
-    if max(x.size, y.size) <= exact_max:
-        return ks_2samp(x, y)
-    d = ks_statistic(x, y)
-    n_eff = max(1, int(round(x.size * y.size / (x.size + y.size))))
-    return d, float(min(max(kstwo_sf(d, n_eff), 0.0), 1.0))
-
-
 def _centered(x: Sequence[float], min_n: int) -> tuple[np.ndarray, float] | None:
     """Deviations from the mean and the second central moment; None below ``min_n`` values or
     without spread (the adjusted moments are then undefined)."""
@@ -221,16 +201,6 @@ def bimodality_coefficient(x: Sequence[float]) -> float:
     return (g * g + 1.0) / (k + 3.0 * (n - 1) ** 2 / ((n - 2) * (n - 3)))
 
 
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Average 1-based ranks; ties share the mean of their positions."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(x.size, dtype=float)
-    ranks[order] = np.arange(1, x.size + 1, dtype=float)
-    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return (sums / counts)[inverse]
-
-
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman's rank correlation of two paired samples; 0 when undefined (constant input)."""
     a = np.asarray(x, dtype=float)
@@ -239,7 +209,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
         raise ValueError(f"spearman needs paired samples, got {a.size} and {b.size} values")
     if a.size < 3:
         return 0.0
-    ra, rb = _ranks(a), _ranks(b)
+    ra, rb = ranks(a), ranks(b)
     sa, sb = ra.std(), rb.std()
     if sa == 0 or sb == 0:
         return 0.0

@@ -158,7 +158,7 @@ def mann_kendall(values: Sequence[float]) -> Trend:
     return Trend(s, var_s, z, p, s / (n * (n - 1) / 2.0))
 
 
-def _ranks(x: np.ndarray) -> np.ndarray:
+def ranks(x: np.ndarray) -> np.ndarray:
     """Average ranks (1-based), ties sharing the mean of their positions."""
     order = np.argsort(x, kind="mergesort")
     ranks = np.empty(len(x), dtype=float)
@@ -174,7 +174,7 @@ def spearman_trend(values: Sequence[float]) -> float:
     x = _arr(values)
     if len(x) < 3:
         return 0.0
-    rx = _ranks(x)
+    rx = ranks(x)
     rt = np.arange(1, len(x) + 1, dtype=float)
     sx = rx.std()
     if sx == 0:

@@ -43,8 +43,8 @@ import numpy as np
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._reward_stats import Lagged, PooledLevel
 from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.stats import Lagged, PooledLevel
 from rlcockpit.diagnostics.windows import Window, mann_kendall, median
 from rlcockpit.records import SampleRecord
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._reward_stats import Lagged
 from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.stats import Lagged
 
 
 @dataclass(frozen=True)

@@ -48,14 +48,13 @@ import numpy as np
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._reward_stats import (
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.stats import (
     BC_UNIFORM,
     Lagged,
     bimodality_coefficient,
-    ks_test,
     sample_values,
 )
-from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import (
     Streak,
     Window,
@@ -63,6 +62,7 @@ from rlcockpit.diagnostics.windows import (
     mann_kendall,
     relative_growth,
 )
+from rlcockpit.metrics.ks import ks_test
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,8 @@ import numpy as np
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._reward_stats import Lagged
 from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.stats import Lagged
 from rlcockpit.diagnostics.windows import Streak
 
 # (metric, label, direction): the co-moving signals of a drifting policy (001 Q2, Q7).

@@ -39,16 +39,16 @@ import numpy as np
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._reward_stats import (
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.stats import (
     BC_UNIFORM,
     Lagged,
     bimodality_coefficient,
-    ks_test,
     sample_values,
     skewness,
 )
-from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Streak
+from rlcockpit.metrics.ks import ks_test
 
 
 @dataclass(frozen=True)

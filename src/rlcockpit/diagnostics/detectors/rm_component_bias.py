@@ -41,9 +41,10 @@ import numpy as np
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._reward_stats import Lagged, ks_test
 from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.stats import Lagged
 from rlcockpit.diagnostics.windows import Window, median
+from rlcockpit.metrics.ks import ks_test
 
 NOT_COMPONENTS = frozenset({"raw", "uncertainty", "normalized", "category"})
 

@@ -36,8 +36,8 @@ import numpy as np
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._reward_stats import spearman
 from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.stats import spearman
 from rlcockpit.diagnostics.windows import Window, band_exit, mann_kendall, relative_drop
 
 ENDS = 10  # steps whose median is the start / end level of the long window
