@@ -108,6 +108,27 @@ def test_rm_rule_disagreement_detector_fires_on_a_held_level():
     assert out[5] is None and out[7].severity == "yellow" and out[-1].severity == "orange"
 
 
+# reward/rm_rule_disagreement of benchmarks/rm_gating.py seed 0, the filler-paying reward model alone
+HACKED = [0.031, 0.188, 0.156, 0.062, 0.281, 0.125, 0.062, 0.062, 0.094, 0.062, 0.031, 0.156, 0.188,
+          0.094, 0.156, 0.094, 0.188, 0.156, 0.125, 0.25, 0.125, 0.125, 0.188, 0.25, 0.094, 0.125,
+          0.156, 0.188, 0.094, 0.156, 0.156, 0.219, 0.188, 0.219, 0.156, 0.219, 0.312, 0.188, 0.188,
+          0.094]
+
+
+def test_rm_rule_disagreement_detector_catches_the_slow_drift_of_the_hacked_run_not_noise():
+    from rlcockpit.diagnostics.detectors.rm_rule_disagreement import RMRuleDisagreement, welch_rise
+
+    out = _feed(RMRuleDisagreement(), "reward/rm_rule_disagreement", HACKED)
+    fired = [i + 1 for i, c in enumerate(out) if c is not None]
+    assert fired and fired[0] == 37 and out[36].key == "drift" and out[36].severity == "yellow"
+    rng = np.random.default_rng(1)
+    for _ in range(20):  # a flat share of 32 samples per step: binomial noise only
+        calm = rng.binomial(32, 0.06, 60) / 32
+        assert all(c is None for c in _feed(RMRuleDisagreement(), "reward/rm_rule_disagreement", calm))
+    rise, p = welch_rise(np.array([0.1, 0.12, 0.08]), np.array([0.2, 0.22, 0.18]))
+    assert rise == pytest.approx(0.1) and p < 1e-6
+
+
 def test_rm_gating_benchmark_quick_prints_both_arms_as_json(capsys):
     import importlib.util
     import json
