@@ -178,3 +178,27 @@ def test_a_dropped_stream_resumes_at_its_cursor_without_gaps_or_repeats(tmp_path
         assert "after_step=5" in streams[0] and "cursor=" in streams[-1], streams
     finally:
         run.close()
+
+
+def test_heatmaps_download_csv_and_png(fixture_store, serve, page):
+    """The reward / length histogram heatmaps have the line charts' CSV and PNG downloads."""
+    from pathlib import Path
+
+    uri, run_id = fixture_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/run/{run_id}/dashboard")
+    wait_for(lambda: points(page, "reward-hist") == 30, what="the reward heatmap")
+    page.locator("#chart-reward-hist").hover()
+    with page.expect_download() as got:
+        page.click("#chart-reward-hist >> xpath=.. >> .ct-csv")
+    assert got.value.suggested_filename == f"{run_id}-reward-hist.csv"
+    rows = [r.split(",") for r in Path(got.value.path()).read_text(encoding="utf-8").splitlines()]
+    assert rows[0][0] == "step" and len(rows[0]) == 25 and ".." in rows[0][1]  # 24 bins, each its range
+    assert [int(r[0]) for r in rows[1:]] == list(range(1, 31))
+    for r in rows[1:]:  # each step's column: the shares of its samples, summing to 1
+        assert abs(sum(float(v) for v in r[1:]) - 1) < 1e-6
+    page.locator("#chart-length-hist").hover()
+    with page.expect_download() as got:
+        page.click("#chart-length-hist >> xpath=.. >> .ct-png")
+    assert got.value.suggested_filename == f"{run_id}-length-hist.png"
+    assert Path(got.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

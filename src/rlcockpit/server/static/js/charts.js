@@ -475,26 +475,34 @@ export function chartTools(chart, { onChange } = {}) {
     logBtn.classList.toggle("active", !!chart.opts.log);
   };
   sm.addEventListener("change", () => { chart.setOpts({ smoothing: Number(sm.value) }); onChange && onChange({ smoothing: Number(sm.value) }); });
-  const btn = (cls, text, title, fn) => {
-    const b = document.createElement("button");
-    b.className = `btn tiny ${cls}`;
-    b.textContent = text;
-    b.title = title;
-    b.type = "button";
-    b.addEventListener("click", fn);
-    return b;
-  };
-  const logBtn = btn("ct-log", "log", t("chart.log_help"), () => {
+  const logBtn = toolButton("ct-log", "log", t("chart.log_help"), () => {
     chart.setOpts({ log: !chart.opts.log });
     sync();
     onChange && onChange({ log: !!chart.opts.log });
   });
-  const strip = document.createElement("div");
-  strip.className = "chart-tools";
-  strip.append(sm, logBtn, btn("ct-csv", "CSV", t("chart.csv_help"), () => chart.downloadCsv()),
-    btn("ct-png", "PNG", t("chart.png_help"), () => chart.downloadPng()));
+  const strip = downloadTools(chart);
+  strip.prepend(sm, logBtn);
   strip.sync = sync;
   sync();
+  return strip;
+}
+
+function toolButton(cls, text, title, fn) {
+  const b = document.createElement("button");
+  b.className = `btn tiny ${cls}`;
+  b.textContent = text;
+  b.title = title;
+  b.type = "button";
+  b.addEventListener("click", fn);
+  return b;
+}
+
+// The CSV and PNG buttons alone (the heatmaps' tool strip; the step charts' ends with them).
+export function downloadTools(chart) {
+  const strip = document.createElement("div");
+  strip.className = "chart-tools";
+  strip.append(toolButton("ct-csv", "CSV", t("chart.csv_help"), () => chart.downloadCsv()),
+    toolButton("ct-png", "PNG", t("chart.png_help"), () => chart.downloadPng()));
   return strip;
 }
 
@@ -529,9 +537,11 @@ export function rebin(items, bins = BINS) {
 }
 
 export class HistogramHeatmap {
-  constructor(el, { title, onClickStep } = {}) {
+  constructor(el, { title, id, runId, onClickStep } = {}) {
     this.el = el;
     this.title = title;
+    this.id = id;
+    this.runId = runId;
     this.items = [];
     const { chart, dispose } = baseChart(el);
     this.chart = chart;
@@ -572,6 +582,29 @@ export class HistogramHeatmap {
       series: [{ type: "heatmap", data: cells, progressive: 0 }],
     }, { notMerge: true });
     this.el.dataset.points = String(this.items.length);
+  }
+
+  // The heatmap as CSV: one row per step, a column per bin of the common grid (its range), the
+  // cell the share of that step's samples in the bin (what the colour shows).
+  csv() {
+    const { lo, width, cells } = rebin(this.items);
+    const w = width || 0;
+    const head = ["step", ...Array.from({ length: BINS }, (_, i) => `${lo + i * w}..${lo + (i + 1) * w}`)];
+    const rows = this.items.map((it) => [it.step, ...new Array(BINS).fill(0)]);
+    for (const [col, row, v] of cells) rows[col][row + 1] = v;
+    return [head, ...rows].map((r) => r.map(csvCell).join(",")).join("\n") + "\n";
+  }
+
+  fileName(ext) {
+    return `${this.runId || "chart"}-${String(this.id || this.title).replace(/[^A-Za-z0-9_.-]+/g, "_")}.${ext}`;
+  }
+
+  downloadCsv() {
+    download(this.fileName("csv"), URL.createObjectURL(new Blob([this.csv()], { type: "text/csv" })));
+  }
+
+  downloadPng() {
+    download(this.fileName("png"), this.chart.getDataURL({ type: "png", pixelRatio: 2, backgroundColor: themeColors().panel }));
   }
 
   dispose() {

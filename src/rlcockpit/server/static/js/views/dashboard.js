@@ -1,7 +1,7 @@
 // The dashboard (DESIGN.md §8, seed 001 Q8): three rows of charts that grow live from the run's
 // stream, linked zoom and a shared tooltip across the step charts, a click opens that step's samples.
 import { api } from "../api.js";
-import { chartTools, GROUP, HistogramHeatmap, StepChart } from "../charts.js";
+import { chartTools, downloadTools, GROUP, HistogramHeatmap, StepChart } from "../charts.js";
 import { label, t } from "../i18n.js";
 import { registerView, runHref } from "../router.js";
 import { clear, fmt, h } from "../ui.js";
@@ -109,7 +109,8 @@ class Dashboard {
     for (const spec of HEATMAPS) {
       const { box, plot } = this.chartBox(spec.id);
       rows[2].append(box);
-      this.heatmaps[spec.id] = new HistogramHeatmap(plot, { title: t(spec.titleKey), onClickStep: openStep });
+      this.heatmaps[spec.id] = new HistogramHeatmap(plot, { title: t(spec.titleKey), id: spec.id, runId: this.ctx.runId, onClickStep: openStep });
+      box.prepend(downloadTools(this.heatmaps[spec.id]));
     }
     this.samplesBox = h("section", { class: "chart-box samples-box", id: "latest-samples" });
     rows[2].append(this.samplesBox);
