@@ -97,3 +97,25 @@ def test_compare_any_metric_with_legends_by_run_name(three_runs, serve, page):
     chart.wait_for()
     legends = chart.evaluate("el => echarts.getInstanceByDom(el).getOption().series.map((s) => s.name)")
     assert sorted(legends) == ["baseline", "lr-high"]
+
+
+def test_compare_has_step_wall_clock_and_relative_time_axes(three_runs, serve, page):
+    uri, ids = three_runs
+    server = serve(uri)
+    page.goto(f"{server.url}/#/compare?runs={ids[0]},{ids[1]}")
+    chart = page.locator("#compare-charts .chart[data-metric='reward/mean']")
+    chart.wait_for()
+    option = "(el) => { const o = echarts.getInstanceByDom(el).getOption(); return [o.xAxis[0].type, o.xAxis[0].name, o.series.map((s) => s.data[0][0])]; }"
+    assert "active" in page.locator("#x-step").get_attribute("class")
+    assert chart.evaluate(option) == ["value", "step", [1, 1]]
+    page.click("#x-wall")
+    kind, _, firsts = chart.evaluate(option)
+    assert kind == "time" and firsts[1] > firsts[0] > 1e12  # ms since the epoch; the second run started later
+    assert "x=wall" in page.url and chart.get_attribute("data-x-mode") == "wall"
+    page.click("#x-rel")
+    # time since each run's own first step: both runs start at 0
+    assert chart.evaluate(option) == ["value", "time since start", [0, 0]]
+    assert page.locator("#compare-charts .chart[data-x-mode='rel']").count() == page.locator("#compare-charts .chart").count()
+    page.reload()
+    chart.wait_for()
+    assert chart.evaluate(option)[1] == "time since start" and "active" in page.locator("#x-rel").get_attribute("class")

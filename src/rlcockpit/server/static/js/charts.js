@@ -203,10 +203,18 @@ export class StepChart {
     return Number.isFinite(t) ? t : 0;
   }
 
-  x(step, wall) {
+  x(step, wall, zero = this.zero) {
     if (this.xMode === "wall") return (wall ?? 0) * 1000;
-    if (this.xMode === "rel") return (wall ?? this.zero) - this.zero;
+    if (this.xMode === "rel") return (wall ?? zero) - zero;
     return step;
+  }
+
+  // The zero of a line's relative time: the chart's first wall time, or with spec.relPerLine
+  // (several runs in one chart, the comparison) the line's own first one, so every run starts at 0.
+  zeroOf(line) {
+    if (!this.spec.relPerLine || !line.walls) return this.zero;
+    const w = line.walls.find((v) => v !== null && v !== undefined);
+    return w ?? this.zero;
   }
 
   xOfStep(step) {
@@ -253,8 +261,9 @@ export class StepChart {
     let xMin = Infinity;
     let xMax = -Infinity;
     const series = lines.map((l, i) => {
+      const zero = this.zeroOf(l);
       const data = l.steps.map((s, j) => {
-        const x = this.x(s, l.walls ? l.walls[j] : null);
+        const x = this.x(s, l.walls ? l.walls[j] : null, zero);
         if (x < xMin) xMin = x;
         if (x > xMax) xMax = x;
         return [x, yOf(l.values[j]), s, l.rawValues ? l.rawValues[j] : null];

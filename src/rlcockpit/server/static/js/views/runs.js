@@ -5,7 +5,7 @@
 // layout (`runs: {run_id: {tags, group}}`, PUT /api/projects/{project}/layout).
 import { api } from "../api.js";
 import { t } from "../i18n.js";
-import { chartTools, PALETTE, StepChart } from "../charts.js";
+import { chartTools, PALETTE, StepChart, X_MODES } from "../charts.js";
 import { globalHref, registerView, runHref } from "../router.js";
 import { clear, fmt, fmtTime, h, withStates } from "../ui.js";
 import { layoutApi } from "./metric_panels.js";
@@ -231,17 +231,17 @@ function mountRuns(root, ctx) {
 
 // One metric of several runs, a line per run (legend: the run's name), with the step charts'
 // tools: smoothing (raw faint behind), log scale, CSV and PNG; linked zoom across the page.
-function compareChart(grid, name, series, units) {
+function compareChart(grid, name, series, units, xMode) {
   const el = h("div", { class: "chart", dataset: { metric: name } });
   const box = h("section", { class: "chart-box" }, el);
   grid.append(box);
   const runsShown = Object.keys(series);
-  const spec = { id: `compare-${name}`, title: name, names: runsShown, primary: null, unit: units[name] || "",
+  const spec = { id: `compare-${name}`, title: name, names: runsShown, primary: null, unit: units[name] || "", relPerLine: true,
     lines: (data) => runsShown.map((r, i) => {
       const d = data.get(r);
       return d && d.steps.length ? { name, label: r, steps: d.steps, values: d.values, walls: d.walls, color: PALETTE[i % PALETTE.length] } : null;
     }).filter(Boolean) };
-  const chart = new StepChart(el, spec, { group: "rlcockpit-compare", units });
+  const chart = new StepChart(el, spec, { group: "rlcockpit-compare", units, xMode });
   chart.opts = { smoothing: 0 };
   chart.setSeries(series);
   box.prepend(chartTools(chart));
@@ -270,11 +270,27 @@ function mountCompare(root, ctx) {
     e.preventDefault();
     const typed = extra.value.split(",").map((x) => x.trim()).filter(Boolean);
     const chosen = [...COMPARE_CHOICES.filter((n) => chooser.elements[n].checked), ...typed];
-    ctx.navigate(globalHref("compare", [], { runs: runs.join(","), names: chosen.join(",") }));
+    ctx.navigate(globalHref("compare", [], { runs: runs.join(","), names: chosen.join(","), x: xMode }));
   });
   const grid = h("div", { class: "compare-grid", id: "compare-charts" });
   const who = h("div", { class: "muted", id: "compare-runs", text: `${t("compare.runs")}: ${runs.join(", ")}` });
-  root.append(who, chooser, grid);
+  // the dashboard's x axes: step, wall clock, or time since each run's first step (in the URL: x=)
+  const charts = [];
+  let xMode = X_MODES.includes(ctx.query.get("x")) ? ctx.query.get("x") : "step";
+  const setX = (mode) => {
+    xMode = mode;
+    axisBar.querySelectorAll(".seg").forEach((b) => b.classList.toggle("active", b.id === `x-${mode}`));
+    charts.forEach((c) => c.setXMode(mode));
+    const q = new URLSearchParams(ctx.query);
+    q.set("x", mode);
+    const hash = globalHref("compare", [], Object.fromEntries(q));
+    if (location.hash !== hash) history.replaceState(null, "", hash);
+  };
+  const xToggle = (mode, key) => h("button", { class: `btn seg${xMode === mode ? " active" : ""}`, id: `x-${mode}`,
+    type: "button", onclick: () => setX(mode), text: t(key) });
+  const axisBar = h("div", { class: "toolbar", id: "compare-axis" }, h("span", { class: "tb-label", text: t("dash.x_axis") }),
+    xToggle("step", "dash.x_step"), xToggle("wall", "dash.x_wall"), xToggle("rel", "dash.x_rel"));
+  root.append(who, chooser, axisBar, grid);
   withStates(grid, () => Promise.all([api.compare(runs, names), api.runs(), api.run(runs[0]).catch(() => null)]), ([res, list, first]) => {
     const nameOf = new Map(list.items.map((r) => [r.run_id, r.name || r.run_id]));
     // two runs may share a name: then the id tells them apart
@@ -296,7 +312,8 @@ function mountCompare(root, ctx) {
         grid.append(h("div", { class: "state state-empty small", text: `${name}: ${t("state.no_data")}` }));
         continue;
       }
-      const chart = compareChart(grid, name, series, units);
+      const chart = compareChart(grid, name, series, units, xMode);
+      charts.push(chart);
       disposers.push(() => chart.dispose());
     }
     echarts.connect("rlcockpit-compare");
