@@ -2,7 +2,7 @@
 // tests/e2e/test_i18n_keys.py fails when a key used in the code is missing from either language.
 export const EN = {
   "tab.dashboard": "Dashboard", "tab.samples": "Samples", "tab.alerts": "Alerts", "tab.library": "Failure library",
-  "tab.runs": "Runs", "tab.compare": "Compare", "tab.snapshot": "Snapshot",
+  "tab.runs": "Runs", "tab.compare": "Compare", "tab.snapshot": "Snapshot", "tab.review": "Review",
 
   "header.run": "Run", "header.pick_run": "Pick a run…", "header.step": "Step", "header.phase": "Phase",
   "header.step_rate": "Rate", "header.step_rate_help": "Steps per second over the last 20 steps",
@@ -134,7 +134,7 @@ export const EN = {
 
 export const ZH = {
   "tab.dashboard": "仪表盘", "tab.samples": "样本", "tab.alerts": "告警", "tab.library": "故障库",
-  "tab.runs": "运行", "tab.compare": "对比", "tab.snapshot": "快照",
+  "tab.runs": "运行", "tab.compare": "对比", "tab.snapshot": "快照", "tab.review": "复核",
 
   "header.run": "运行", "header.pick_run": "选择运行…", "header.step": "步", "header.phase": "阶段",
   "header.step_rate": "速度", "header.step_rate_help": "最近 20 步的每秒步数",

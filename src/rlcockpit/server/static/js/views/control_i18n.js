@@ -153,7 +153,7 @@ export const ZH = {
   "ctl.param_help.grad_clip_critic": "梯度范数上限，价值模型；0 = 关闭",
   "ctl.effect_wait": "评估中…",
   "ctl.no_effect": "没有可测量的效果：变更前后的验证奖励没有差异（KS p ≥ 0.05）",
-  "ctl.kl_window": "KL {before} → {after}",
+  "ctl.kl_window": "KL（窗口）{before} → {after}",
   "ctl.verify_ok": "哈希链完整：已校验 {n} 条记录", "ctl.verify_broken": "哈希链在第 {seq} 条记录处断裂（已检查 {n} 条）",
   "ctl.st_requested": "待审批",
   "ctl.st_approved": "已批准",

@@ -8,12 +8,12 @@ import { clear, empty, fmt, h, withStates } from "../ui.js";
 import { controlAvailable, signInPanel } from "./control_common.js";
 
 extend({
-  en: { "tab.review": "Review", "review.none": "No samples need review", "review.good": "Good",
+  en: { "review.none": "No samples need review", "review.good": "Good",
         "review.bad": "Bad", "review.export": "Export labels (JSON)", "review.status": "Show",
         "review.open": "open", "review.labelled": "labelled", "review.all": "all",
         "review.note": "note", "review.by": "labelled {label} by {who}",
         "review.unavailable": "The review queue needs the control plane (rlcockpit serve)." },
-  zh: { "tab.review": "复核", "review.none": "没有需要人工复核的样本", "review.good": "合格",
+  zh: { "review.none": "没有需要人工复核的样本", "review.good": "合格",
         "review.bad": "不合格", "review.export": "导出标注（JSON）", "review.status": "显示",
         "review.open": "待复核", "review.labelled": "已标注", "review.all": "全部",
         "review.note": "备注", "review.by": "{who} 标注为 {label}",
