@@ -1,0 +1,204 @@
+"""The screenshots of docs/ui.md (issue 16): every page of the cockpit in English and 中文, in the
+light and the dark theme, regenerated into docs/img/ by this test, and listed in docs/ui.md
+between the generated-screenshots markers (a drift check fails when that list is stale;
+``.venv/bin/python tests/e2e/test_docs_screenshots.py`` rewrites it).
+
+One browser context per language × theme (the language from the browser's locale, the theme from
+its ``prefers-color-scheme``), 1440 × 900, PNGs reduced to 256 colours. A new screenshot replaces
+the one in docs/img/ only when its size changed or more than ``CHANGED_SHARE`` of its pixels did,
+so the run ids, dates and durations that differ on every run do not churn the repository."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+IMG = ROOT / "docs" / "img"
+DOC = ROOT / "docs" / "ui.md"
+DOC_BEGIN = "<!-- BEGIN GENERATED SCREENSHOTS (tests/e2e/test_docs_screenshots.py) -->"
+DOC_END = "<!-- END GENERATED SCREENSHOTS -->"
+VIEWPORT = {"width": 1440, "height": 900}
+CHANGED_SHARE = 0.005
+STEPS = 40
+RUN_IDS = ("20261201-120000-docs01", "20261201-130000-docs02")
+
+# (language code, browser locale, label), (theme, prefers-color-scheme)
+LANGS = (("en", "en-US", "English"), ("zh", "zh-CN", "中文"))
+THEMES = ("light", "dark")
+
+
+@dataclass(frozen=True)
+class Shot:
+    name: str
+    title: str
+    route: str  # {run}, {run_b}: the fixture's two runs
+    ready: str  # a CSS selector, or a JS predicate ("() => ...")
+    selector: str | None = None  # shoot this element only (else the full page)
+    hover: str | None = None  # hover this element first (a tooltip in the picture)
+    click: str | None = None
+
+
+SHOTS = (
+    Shot("dashboard", "dashboard", "#/run/{run}/dashboard",
+         f"() => document.getElementById('chart-reward')?.dataset.points === '{STEPS}' && "
+         f"document.getElementById('chart-reward-hist')?.dataset.points === '{STEPS}'"),
+    Shot("metrics", "all metrics, the search with the kl section open", "#/run/{run}/dashboard?q=kl",
+         f"() => document.querySelector('#metric-sections [data-metric=\"kl/mean\"] .chart')?.dataset.points === '{STEPS}'",
+         selector="#metrics-area"),
+    Shot("samples", "sample explorer", "#/run/{run}/samples?step_min=38", "#sample-list tbody tr"),
+    Shot("sample", "one sample with its token-level KL", "#/run/{run}/samples/40/1?step_min=38", "#token-kl .tok",
+         hover="#token-kl .tok >> nth=3"),
+    Shot("alerts", "alerts: an incident", "#/run/{run}/alerts", ".incident", click=".incident details summary"),
+    Shot("snapshot", "diagnostic snapshot", "#/run/{run}/snapshot/1", "#snap-head-cov"),
+    Shot("cost", "cost ledger", "#/run/{run}/cost", "#cost-totals, #cost-empty"),
+    Shot("library", "failure-library search", "#/library?q=KL%20%E6%8C%81%E7%BB%AD%E4%B8%8A%E5%8D%87", "#library-hits"),
+    Shot("library_entry", "a failure-library entry", "#/library/kl_explosion", "#library-sources"),
+    Shot("runs", "runs table with a config column", "#/runs?cols=algo", "#runs-list tbody tr"),
+    Shot("compare", "comparison of two runs", "#/compare?runs={run},{run_b}",
+         "() => { const cs = [...document.querySelectorAll('#compare-charts .chart')]; "
+         "return cs.length >= 4 && cs.every((c) => Number(c.dataset.points) > 0); }"),
+)
+
+
+def image_name(shot: Shot, lang: str, theme: str) -> str:
+    return f"{shot.name}_{lang}_{theme}.png"
+
+
+def doc_section() -> str:
+    """The markdown between the markers: a row per page, a link per language × theme."""
+    head = " | ".join(f"{label}, {theme}" for _, _, label in LANGS for theme in THEMES)
+    lines = [f"| page | {head} |", "| --- |" + " --- |" * (len(LANGS) * len(THEMES))]
+    for shot in SHOTS:
+        cells = " | ".join(f"[{lang} · {theme}](img/{image_name(shot, lang, theme)})" for lang, _, _ in LANGS for theme in THEMES)
+        lines.append(f"| {shot.title} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_doc(text: str) -> str:
+    start, end = text.find(DOC_BEGIN), text.find(DOC_END)
+    if start < 0 or end < start:
+        raise ValueError(f"docs/ui.md lacks the markers {DOC_BEGIN!r} ... {DOC_END!r}")
+    return text[: start + len(DOC_BEGIN)] + "\n" + doc_section() + text[end:]
+
+
+def test_docs_ui_lists_every_screenshot():
+    """Drift check: docs/ui.md's generated section is this file's list (rewrite it by running this file)."""
+    text = DOC.read_text(encoding="utf-8")
+    assert render_doc(text) == text, ("docs/ui.md's screenshot list is stale: run "
+                                      "`.venv/bin/python tests/e2e/test_docs_screenshots.py`")
+
+
+# ---------------------------------------------------------------- the screenshots
+
+def quantize(png: bytes) -> Any:
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as im:
+        return im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+
+
+def changed(new: Any, path: Path) -> bool:
+    """Whether ``new`` differs from the image at ``path`` (size, or more than CHANGED_SHARE of pixels)."""
+    from PIL import Image, ImageChops
+
+    if not path.is_file():
+        return True
+    with Image.open(path) as old:
+        old_rgb, new_rgb = old.convert("RGB"), new.convert("RGB")
+    if old_rgb.size != new_rgb.size:
+        return True
+    diff = ImageChops.difference(old_rgb, new_rgb).convert("L").point(lambda v: 255 if v > 16 else 0)
+    share = diff.histogram()[255] / (new_rgb.size[0] * new_rgb.size[1])
+    return share > CHANGED_SHARE
+
+
+@pytest.fixture(scope="module")
+def docs_store(tmp_path_factory) -> tuple[str, str, str]:
+    """The e2e fixture run (40 steps, an incident at 33) and a second run to compare it with."""
+    import random
+
+    import storekit
+
+    import rlcockpit
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('docs') / 'runs.db'}"
+    # storekit.build's run under a fixed id: the pictures do not change with the run id
+    rng = random.Random(0)
+    run = rlcockpit.init(project="e2e", name="fixture-run", store=uri, config={"algo": "ppo"}, run_id=RUN_IDS[0])
+    for step in range(1, STEPS + 1):
+        storekit.log_step(run, step, rng)
+        run.phase(step, "update", "finished", duration_s=0.1, progress=1.0)
+        if step == 33:
+            storekit.write_incident(run, step, rng)
+    run.close()
+    rng = random.Random(7)
+    run = rlcockpit.init(project="e2e", name="lr-high", store=uri, config={"algo": "ppo", "optim": {"lr": 1e-4}},
+                         run_id=RUN_IDS[1])
+    for step in range(1, STEPS + 1):
+        run.log(step, {k: v * 1.1 for k, v in storekit.step_metrics(step, rng).items()})
+        run.commit(step)
+    run.close()
+    return uri, RUN_IDS[0], RUN_IDS[1]
+
+
+def shoot_all(page: Any, url: str, runs: dict[str, str], lang: str, theme: str) -> list[str]:
+    """Every page in one context; returns the images written (the others had not changed)."""
+    written = []
+    for shot in SHOTS:
+        page.goto(f"{url}/{shot.route.format(**runs)}")
+        if shot.ready.startswith("() =>"):
+            page.wait_for_function(shot.ready)
+        else:
+            page.locator(shot.ready).first.wait_for()
+        if shot.click:
+            page.locator(shot.click).first.click()
+        if shot.hover:
+            page.locator(shot.hover).hover()
+        page.wait_for_timeout(400)  # the last chart frame, fonts
+        png = page.locator(shot.selector).screenshot() if shot.selector else page.screenshot(full_page=True)
+        image = quantize(png)
+        path = IMG / image_name(shot, lang, theme)
+        if changed(image, path):
+            image.save(path, optimize=True)
+            written.append(path.name)
+    return written
+
+
+def test_screenshots_of_every_page_in_both_languages_and_themes(docs_store, serve, browser):
+    pytest.importorskip("PIL")
+    uri, run_id, run_b = docs_store
+    server = serve(uri)
+    IMG.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    for lang, locale, _ in LANGS:
+        for theme in THEMES:
+            context = browser.new_context(viewport=VIEWPORT, locale=locale, color_scheme=theme)
+            page = context.new_page()
+            page.set_default_timeout(30000)
+            page.on("console", lambda m, c=f"{lang}/{theme}": m.type == "error" and errors.append(f"{c}: {m.text}"))
+            page.on("pageerror", lambda e, c=f"{lang}/{theme}": errors.append(f"{c}: {e}"))
+            try:
+                page.goto(f"{server.url}/#/runs")
+                assert page.evaluate("() => document.documentElement.dataset.theme") == theme
+                assert page.evaluate("() => document.documentElement.lang") == ("zh-CN" if lang == "zh" else "en")
+                shoot_all(page, server.url, {"run": run_id, "run_b": run_b}, lang, theme)
+            finally:
+                context.close()
+    assert not errors, errors
+    for shot in SHOTS:
+        for lang, _, _ in LANGS:
+            for theme in THEMES:
+                path = IMG / image_name(shot, lang, theme)
+                assert path.is_file() and path.stat().st_size < 400_000, path
+
+
+if __name__ == "__main__":
+    DOC.write_text(render_doc(DOC.read_text(encoding="utf-8")), encoding="utf-8")
+    sys.stdout.write(f"{DOC.relative_to(ROOT)}: the screenshot list rewritten\n")
