@@ -101,6 +101,11 @@ bench-trl-callback: $(STAMP)
 bench-trl-faults: $(STAMP)
 	$(PY) benchmarks/trl_faults.py $(BENCH_ARGS)
 
+# The TRL callback on TRL's PPOTrainer: TRL 1.12 (the last release with a PPO trainer) in its own venv.
+.PHONY: bench-trl-ppo
+bench-trl-ppo: $(TRL_PPO_VENV)/.installed
+	$(TRL_PPO_VENV)/bin/python benchmarks/trl_ppo_watch.py $(BENCH_ARGS)
+
 # Telemetry and store benchmarks (benchmarks/README.md). MLflow, W&B and TensorBoard(X) live ONLY in
 # .benchvenv-trackers, never in the project's extras; torch is pinned first, as for the project venv.
 # The [train] extra lets benchmarks/telemetry.py time real tiny-world PPO steps. BENCH_ARGS passes

@@ -222,7 +222,9 @@ class FunctionRewardModel(nn.Module):
         return totals.view(-1, 1, 1).expand(hidden.shape[0], hidden.shape[1], 1)
 
 
-def run_ppo(args: argparse.Namespace) -> dict:
+def run_ppo(args: argparse.Namespace, attach=None) -> dict:
+    """``attach(trainer)``, if given, is called before ``trainer.train()`` (benchmarks/trl_ppo_watch.py
+    attaches the cockpit there)."""
     from datasets import Dataset
     from transformers import (
         AutoModelForCausalLM,
@@ -260,6 +262,8 @@ def run_ppo(args: argparse.Namespace) -> dict:
             reward_model=reward, value_model=value, train_dataset=Dataset.from_list(ids),
             eval_dataset=Dataset.from_list(ids[: batch]), callbacks=[as_callback(clock)],
         )
+        if attach is not None:
+            attach(trainer)
         trainer.train()
     # TRL's PPO calls on_step_end once per rollout cycle (its "update").
     return {"cycle_s": cycle_times(clock, 1), "tokens": reward.tokens,

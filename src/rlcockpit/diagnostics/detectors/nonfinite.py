@@ -7,8 +7,9 @@ rewards and skipped optimizer steps going up).
 Default thresholds: any non-finite loss / gradient / KL → red; a non-finite reward counted and
 dropped by the trainer (``reward/nonfinite_total`` rising) → orange; anything else → orange.
 Scale assumptions: none — NaN and inf are wrong at any scale.
-False positives: metrics that are legitimately undefined (explained variance of a constant batch)
-are logged as NaN by some tools; they are listed in ``ignore``.
+False positives: metrics that are legitimately undefined (explained variance of a constant batch;
+TRL's PPO ``val/ratio_var``, the variance over its minibatches, with one minibatch) are logged as
+NaN by some tools; they are listed in ``ignore``.
 Fix: find the first non-finite metric (the evidence names it), lower the learning rate, check the
 reward function for division by zero, enable gradient clipping, and resume from the last checkpoint.
 """
@@ -27,7 +28,7 @@ _CRITICAL = ("policy/loss", "value/loss", "grad/norm/", "kl/", "policy/entropy",
 
 @dataclass(frozen=True)
 class NonFiniteConfig(Config):
-    ignore: tuple[str, ...] = option(("value/explained_var",),
+    ignore: tuple[str, ...] = option(("value/explained_var", "import/trl-ppo/val/ratio_var"),
                                      help="Metric names allowed to be NaN (undefined, not broken).")
 
 
