@@ -11,6 +11,7 @@ so the run ids, dates and durations that differ on every run do not churn the re
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ class Shot:
     selector: str | None = None  # shoot this element only (else the full page)
     hover: str | None = None  # hover this element first (a tooltip in the picture)
     click: str | None = None
+    volatile: str | None = None  # elements whose content differs on every run (times, hashes): the
+    # picture shows them, the comparison with the committed picture leaves them out
 
 
 SHOTS = (
@@ -64,6 +67,16 @@ SHOTS = (
          "return cs.length >= 4 && cs.every((c) => Number(c.dataset.points) > 0); }"),
 )
 
+# The control plane's pages (docs/control.md), on a server with users (tests/control_testkit.py's
+# world, signed in as the approver "alex", one ticket requested by the operator "otto").
+CONTROL_SHOTS = (
+    Shot("tickets", "tickets of a run (control plane)", "#/run/run-live/tickets", "#ctl-tickets tr[data-ticket]"),
+    Shot("liveparams", "live parameters on the dashboard (control plane)", "#/run/run-live/dashboard",
+         "#liveparams-panel .ctl-live-value", selector="#liveparams-panel"),
+    Shot("audit", "audit log (control plane)", "#/audit", "#ctl-audit tr[data-seq]",
+         volatile="#ctl-audit td:nth-child(2), #ctl-audit td.preview"),
+)
+
 
 def image_name(shot: Shot, lang: str, theme: str) -> str:
     return f"{shot.name}_{lang}_{theme}.png"
@@ -73,7 +86,7 @@ def doc_section() -> str:
     """The markdown between the markers: a row per page, a link per language × theme."""
     head = " | ".join(f"{label}, {theme}" for _, _, label in LANGS for theme in THEMES)
     lines = [f"| page | {head} |", "| --- |" + " --- |" * (len(LANGS) * len(THEMES))]
-    for shot in SHOTS:
+    for shot in (*SHOTS, *CONTROL_SHOTS):
         cells = " | ".join(f"[{lang} · {theme}](img/{image_name(shot, lang, theme)})" for lang, _, _ in LANGS for theme in THEMES)
         lines.append(f"| {shot.title} | {cells} |")
     return "\n".join(lines) + "\n"
@@ -104,9 +117,10 @@ def quantize(png: bytes) -> Any:
         return im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
 
 
-def changed(new: Any, path: Path) -> bool:
-    """Whether ``new`` differs from the image at ``path`` (size, or more than CHANGED_SHARE of pixels)."""
-    from PIL import Image, ImageChops
+def changed(new: Any, path: Path, ignore: list[tuple[int, int, int, int]] = ()) -> bool:
+    """Whether ``new`` differs from the image at ``path`` (size, or more than CHANGED_SHARE of pixels
+    outside the ``ignore`` boxes)."""
+    from PIL import Image, ImageChops, ImageDraw
 
     if not path.is_file():
         return True
@@ -114,6 +128,9 @@ def changed(new: Any, path: Path) -> bool:
         old_rgb, new_rgb = old.convert("RGB"), new.convert("RGB")
     if old_rgb.size != new_rgb.size:
         return True
+    for im in (old_rgb, new_rgb):
+        for box in ignore:
+            ImageDraw.Draw(im).rectangle(box, fill=(0, 0, 0))
     diff = ImageChops.difference(old_rgb, new_rgb).convert("L").point(lambda v: 255 if v > 16 else 0)
     share = diff.histogram()[255] / (new_rgb.size[0] * new_rgb.size[1])
     return share > CHANGED_SHARE
@@ -148,10 +165,24 @@ def docs_store(tmp_path_factory) -> tuple[str, str, str]:
     return uri, RUN_IDS[0], RUN_IDS[1]
 
 
-def shoot_all(page: Any, url: str, runs: dict[str, str], lang: str, theme: str) -> list[str]:
+@pytest.fixture(scope="module")
+def control_server(tmp_path_factory) -> Iterator[tuple[Any, Any]]:
+    from test_control_ui import ControlServer
+
+    from control_testkit import RUN, build_world
+
+    world = build_world(tmp_path_factory.mktemp("docs-control"))
+    otto = world.plane.users.authenticate(world.tokens["otto"])
+    world.plane.tickets.request(otto, RUN, "kl.coef", 0.2, "less drift")
+    server = ControlServer(world.uri, world.store, world.plane)
+    yield world, server
+    server.stop()
+
+
+def shoot_all(page: Any, url: str, runs: dict[str, str], lang: str, theme: str, shots=SHOTS) -> list[str]:
     """Every page in one context; returns the images written (the others had not changed)."""
     written = []
-    for shot in SHOTS:
+    for shot in shots:
         page.goto(f"{url}/{shot.route.format(**runs)}")
         if shot.ready.startswith("() =>"):
             page.wait_for_function(shot.ready)
@@ -162,18 +193,24 @@ def shoot_all(page: Any, url: str, runs: dict[str, str], lang: str, theme: str) 
         if shot.hover:
             page.locator(shot.hover).hover()
         page.wait_for_timeout(400)  # the last chart frame, fonts
+        ignore = []
+        if shot.volatile:  # page coordinates (full-page shots)
+            ignore = page.eval_on_selector_all(shot.volatile, """(els) => els.map((e) => {
+              const r = e.getBoundingClientRect();
+              return [r.left + scrollX, r.top + scrollY, r.right + scrollX, r.bottom + scrollY].map(Math.round); })""")
         png = page.locator(shot.selector).screenshot() if shot.selector else page.screenshot(full_page=True)
         image = quantize(png)
         path = IMG / image_name(shot, lang, theme)
-        if changed(image, path):
+        if changed(image, path, [tuple(b) for b in ignore]):
             image.save(path, optimize=True)
             written.append(path.name)
     return written
 
 
-def test_screenshots_of_every_page_in_both_languages_and_themes(docs_store, serve, browser):
+def test_screenshots_of_every_page_in_both_languages_and_themes(docs_store, control_server, serve, browser):
     pytest.importorskip("PIL")
     uri, run_id, run_b = docs_store
+    world, control = control_server
     server = serve(uri)
     IMG.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
@@ -189,10 +226,13 @@ def test_screenshots_of_every_page_in_both_languages_and_themes(docs_store, serv
                 assert page.evaluate("() => document.documentElement.dataset.theme") == theme
                 assert page.evaluate("() => document.documentElement.lang") == ("zh-CN" if lang == "zh" else "en")
                 shoot_all(page, server.url, {"run": run_id, "run_b": run_b}, lang, theme)
+                page.add_init_script(f"localStorage.setItem('rlcockpit.token', {world.tokens['alex']!r})")
+                shoot_all(page, control.url, {}, lang, theme, CONTROL_SHOTS)
+                page.goto(f"{control.url}/#/library")  # no live stream open when the server stops
             finally:
                 context.close()
     assert not errors, errors
-    for shot in SHOTS:
+    for shot in (*SHOTS, *CONTROL_SHOTS):
         for lang, _, _ in LANGS:
             for theme in THEMES:
                 path = IMG / image_name(shot, lang, theme)
