@@ -73,6 +73,8 @@ CONTROL_SHOTS = (
     Shot("tickets", "tickets of a run (control plane)", "#/run/run-live/tickets", "#ctl-tickets tr[data-ticket]"),
     Shot("liveparams", "live parameters on the dashboard (control plane)", "#/run/run-live/dashboard",
          "#liveparams-panel .ctl-live-value", selector="#liveparams-panel"),
+    Shot("review", "review queue of the reward model's flagged samples (control plane)", "#/run/run-live/review",
+         ".review-item"),
     Shot("audit", "audit log (control plane)", "#/audit", "#ctl-audit tr[data-seq]",
          volatile="#ctl-audit td:nth-child(2), #ctl-audit td.preview"),
 )
@@ -170,8 +172,18 @@ def control_server(tmp_path_factory) -> Iterator[tuple[Any, Any]]:
     from test_control_ui import ControlServer
 
     from control_testkit import RUN, build_world
+    from rlcockpit.records import Batch, SampleRecord
 
     world = build_world(tmp_path_factory.mktemp("docs-control"))
+    writer = world.store.writer()  # two samples the reward model's rule fallback flagged: the review queue
+    writer.write_batch(RUN, Batch(samples=(
+        SampleRecord(step=3, sample_id=0, prompt="Q: Give me a tip for sleep.\nA:", reward=-1.0, category="chat",
+                     response=" That is a great question worth exploring.", uncertainty=0.21,
+                     flags=("needs_review", "rm_fallback", "rule_template")),
+        SampleRecord(step=3, sample_id=1, prompt="Q: What is the capital of France?\nA:", reward=-1.0,
+                     category="knowledge", response=" Berlin.", uncertainty=0.18,
+                     flags=("needs_review", "rm_fallback", "rule_fact")))))
+    writer.close()
     otto = world.plane.users.authenticate(world.tokens["otto"])
     world.plane.tickets.request(otto, RUN, "kl.coef", 0.2, "less drift")
     server = ControlServer(world.uri, world.store, world.plane)
