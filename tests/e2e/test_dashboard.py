@@ -202,3 +202,26 @@ def test_heatmaps_download_csv_and_png(fixture_store, serve, page):
         page.click("#chart-length-hist >> xpath=.. >> .ct-png")
     assert got.value.suggested_filename == f"{run_id}-length-hist.png"
     assert Path(got.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_snapshot_heatmaps_download_csv_and_png(fixture_store, serve, page):
+    """The snapshot's matrix heatmaps (per-layer gradient variance, head-gradient covariance) too."""
+    from pathlib import Path
+
+    uri, run_id = fixture_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/run/{run_id}/snapshot/1")
+    page.locator("#snap-head-cov").wait_for()
+    page.locator("#snap-head-cov").hover()
+    with page.expect_download() as got:
+        page.click("#snap-head-cov >> xpath=.. >> .ct-csv")
+    assert got.value.suggested_filename == f"{run_id}-snapshot1-head-cov.csv"
+    rows = [r.split(",") for r in Path(got.value.path()).read_text(encoding="utf-8").splitlines()]
+    labels = rows[0][1:]
+    assert rows[0][0] == "" and len(labels) >= 2 and [r[0] for r in rows[1:]] == labels  # a square matrix
+    assert all(len(r) == len(labels) + 1 for r in rows[1:]) and float(rows[1][1]) >= 0  # a variance on the diagonal
+    page.locator("#snap-layer-var").hover()
+    with page.expect_download() as got:
+        page.click("#snap-layer-var >> xpath=.. >> .ct-png")
+    assert got.value.suggested_filename == f"{run_id}-snapshot1-layer-var.png"
+    assert Path(got.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

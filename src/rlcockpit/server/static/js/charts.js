@@ -622,7 +622,9 @@ export class HistogramHeatmap {
 }
 
 // A plain matrix heatmap (snapshot views: per-layer gradient variance, head-gradient covariance).
-export function matrixHeatmap(el, { title, xLabels, yLabels, matrix, diverging = false }) {
+// Returns {chart, dispose, csv, downloadCsv, downloadPng}: the CSV is the matrix (a row per y label,
+// a column per x label); files are named `${file}.csv|png`.
+export function matrixHeatmap(el, { title, xLabels, yLabels, matrix, diverging = false, file = "heatmap" }) {
   const st = styled();
   const { chart, dispose } = baseChart(el);
   const cells = [];
@@ -649,7 +651,12 @@ export function matrixHeatmap(el, { title, xLabels, yLabels, matrix, diverging =
     series: [{ type: "heatmap", data: cells }],
   });
   el.dataset.points = String(cells.length);
-  return { chart, dispose };
+  const name = String(file).replace(/[^A-Za-z0-9_.-]+/g, "_");
+  const csv = () => [["", ...xLabels], ...matrix.map((row, y) => [yLabels[y], ...row])]
+    .map((r) => r.map(csvCell).join(",")).join("\n") + "\n";
+  return { chart, dispose, csv,
+    downloadCsv: () => download(`${name}.csv`, URL.createObjectURL(new Blob([csv()], { type: "text/csv" }))),
+    downloadPng: () => download(`${name}.png`, chart.getDataURL({ type: "png", pixelRatio: 2, backgroundColor: themeColors().panel })) };
 }
 
 // A bar chart of one histogram (edges, counts).

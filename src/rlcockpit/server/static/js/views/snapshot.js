@@ -2,7 +2,7 @@
 // variance heatmap, head-gradient covariance, the metric window, the triggering batch, last samples.
 import { api } from "../api.js";
 import { label, t } from "../i18n.js";
-import { histogramBars, matrixHeatmap, simpleLines } from "../charts.js";
+import { downloadTools, histogramBars, matrixHeatmap, simpleLines } from "../charts.js";
 import { registerView, runHref } from "../router.js";
 import { clear, fmt, h, severityBadge, withStates } from "../ui.js";
 import { sampleView } from "./sample_view.js";
@@ -47,11 +47,16 @@ function sampleTable(samples, detail, idPrefix) {
     tbody);
 }
 
-// One chart panel: drawn by `draw(el)` (returns {dispose}) when there is data, else a note.
+// One chart panel: drawn by `draw(el)` (returns {dispose}) when there is data, else a note; a
+// chart that can download itself (the heatmaps: downloadCsv / downloadPng) gets the CSV / PNG tools.
 function chartSection(grid, id, ready, emptyKey, draw, disposers) {
   const el = chartSlot(id);
-  grid.append(h("section", { class: "chart-box" }, ready ? el : emptyNote(emptyKey)));
-  if (ready) disposers.push(draw(el).dispose);
+  const box = h("section", { class: "chart-box" }, ready ? el : emptyNote(emptyKey));
+  grid.append(box);
+  if (!ready) return;
+  const drawn = draw(el);
+  disposers.push(drawn.dispose);
+  if (drawn.downloadCsv) box.prepend(downloadTools(drawn));
 }
 
 function header(ctx, snap, f) {
@@ -84,16 +89,16 @@ function metricWindow(grid, lines, disposers) {
   }
 }
 
-function charts(grid, p, disposers) {
+function charts(grid, p, disposers, file) {
   const hist = p.grad_norm_hist;
   chartSection(grid, "snap-grad-hist", hist && hist.counts && hist.counts.length, "snapshot.no_grad",
     (el) => histogramBars(el, { title: t("snapshot.grad_hist", { n: (hist.steps || []).length }), edges: hist.edges, counts: hist.counts }), disposers);
   const lv = layerVar(p);
   chartSection(grid, "snap-layer-var", lv, "snapshot.no_layers",
-    (el) => matrixHeatmap(el, { title: t("snapshot.layer_var"), ...lv }), disposers);
+    (el) => matrixHeatmap(el, { title: t("snapshot.layer_var"), ...lv, file: `${file}-layer-var` }), disposers);
   const cov = p.head_grad_cov;
   chartSection(grid, "snap-head-cov", cov && cov.matrix && cov.matrix.length, "snapshot.no_cov",
-    (el) => matrixHeatmap(el, { title: t("snapshot.head_cov"), xLabels: cov.labels, yLabels: cov.labels, matrix: cov.matrix, diverging: true }), disposers);
+    (el) => matrixHeatmap(el, { title: t("snapshot.head_cov"), xLabels: cov.labels, yLabels: cov.labels, matrix: cov.matrix, diverging: true, file: `${file}-head-cov` }), disposers);
   metricWindow(grid, metricLines(p.metric_window), disposers);
 }
 
@@ -103,7 +108,7 @@ function render(root, ctx, snap, disposers) {
   if (hasCharts(p)) {
     const grid = h("div", { class: "snapshot-grid" });
     root.append(grid);
-    charts(grid, p, disposers);
+    charts(grid, p, disposers, `${ctx.runId}-snapshot${snap.snapshot_id}`);
   } else {
     root.append(h("p", { class: "banner", id: "snap-batch-only", text: t("snapshot.batch_only") }));
   }
