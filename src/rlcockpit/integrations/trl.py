@@ -19,9 +19,11 @@ tickets approved by the policy (red: checkpoint + pause, black: stop), and a run
 or black finding gets a ``post_mortem`` event naming the checkpoint to resume from.
 
 The detectors run in a background thread by default, while the trainer generates the next batch:
-a logged step's findings are written, and their actions taken, at the next logged step's boundary
-(one step later) — the training thread then pays only for logging. ``background_diagnostics=False``
-runs them in the training thread so that a step's actions act on that very step.
+a logged step's findings are written, and their actions taken, at the first boundary after they
+are ready — the next step's, or the one after when the detectors are still busy (at most
+``MAX_BEHIND`` logged steps wait; then the training thread waits for the oldest) — so the training
+thread pays only for logging. ``background_diagnostics=False`` runs them in the training thread so
+that a step's actions act on that very step.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import SimpleNamespace
@@ -45,6 +48,7 @@ log = logging.getLogger("rlcockpit.integrations.trl")
 SOURCES = {"GRPOTrainer": "trl-grpo", "RLOOTrainer": "trl-grpo", "PPOTrainer": "trl-ppo"}
 FAILING = ("red", "black")
 SNAPSHOT_SAMPLES = 50
+MAX_BEHIND = 2  # logged steps whose background diagnosis may still be running at a boundary
 
 
 def algorithm_of(trainer: Any) -> tuple[str, str]:
@@ -89,7 +93,7 @@ class RlcockpitCallback(TrainerCallback):
         self._knob_target = trainer  # what ticket changes are applied to
         self.background = background_diagnostics
         self._worker: ThreadPoolExecutor | None = None
-        self._diagnosing: tuple[int, list[Any], Future] | None = None  # (step, samples, findings)
+        self._diagnosing: deque[tuple[int, list[Any], Future]] = deque()  # (step, samples, findings), oldest first
         self._ended = False
 
     # ------------------------------------------------------------------ start
@@ -165,7 +169,7 @@ class RlcockpitCallback(TrainerCallback):
         self.run.commit(step)
         if any(k.startswith("eval_") for k in logs):
             return
-        self._collect(wait=True)  # the previous logged step's findings: their actions act here
+        self._collect(wait=False)  # the findings ready by now: their actions act at this boundary
         self._diagnose(step, metrics, [s for s in samples if s.step == step])
         self._boundary(step, args, control)
 
@@ -206,8 +210,10 @@ class RlcockpitCallback(TrainerCallback):
         if self.engine is None:
             return
         if self._worker is not None:
+            while len(self._diagnosing) >= MAX_BEHIND:  # the detectors fell behind: wait for the oldest
+                self._collect_one(wait=True)
             future = self._worker.submit(self.engine.observe, step, metrics, samples, time.time())
-            self._diagnosing = (step, samples, future)
+            self._diagnosing.append((step, samples, future))
             return
         try:
             findings = self.engine.observe(step, metrics, samples, time.time())
@@ -217,13 +223,16 @@ class RlcockpitCallback(TrainerCallback):
         self._record(step, findings, samples)
 
     def _collect(self, wait: bool) -> None:
-        """The findings of the step diagnosed in the background, once done (``wait``: block until)."""
-        if self._diagnosing is None:
-            return
-        step, samples, future = self._diagnosing
+        """The findings of the steps diagnosed in the background, in step order: those done (``wait``:
+        all of them, blocking)."""
+        while self._diagnosing and (wait or self._diagnosing[0][2].done()):
+            self._collect_one(wait=True)
+
+    def _collect_one(self, wait: bool) -> None:
+        step, samples, future = self._diagnosing[0]
         if not wait and not future.done():
             return
-        self._diagnosing = None
+        self._diagnosing.popleft()
         try:
             findings = future.result()
         except Exception as exc:  # fail soft: the detectors miss a step, training goes on
