@@ -51,6 +51,7 @@ function baseChart(el) {
 
 // Colours that follow the theme (css/app.css sets them per theme; dark mode flips them).
 function cssVar(name, fallback) {
+  if (typeof getComputedStyle !== "function" || typeof document === "undefined") return fallback;  // no page (node)
   const v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   return v || fallback;
 }
