@@ -33,8 +33,12 @@ class Demo:
 
     def __init__(self, tmp_path, port: int, *args: str) -> None:
         cmd = [sys.executable, "-m", "rlcockpit", "demo", "--port", str(port), *args, *SMALL]
+        # Ctrl-C as from a terminal: a suite started in the background (`make test &`) inherits SIGINT
+        # ignored, and so would the demo
         self.proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env={**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"})
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                                     text=True, env={**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1",
+                                                     "PYTHONFAULTHANDLER": "1"})
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -67,7 +71,13 @@ class Demo:
     def interrupt(self) -> int:
         """Ctrl-C: the cockpit that kept serving after training stops and the demo exits."""
         self.proc.send_signal(signal.SIGINT)
-        code = self.proc.wait(60)
+        try:
+            code = self.proc.wait(60)
+        except subprocess.TimeoutExpired:  # show where it hangs: faulthandler dumps every thread on SIGABRT
+            self.proc.send_signal(signal.SIGABRT)
+            self.proc.wait(30)
+            self.reader.join(5)
+            raise AssertionError(f"the demo did not exit 60 s after Ctrl-C:\n{self.out[-8000:]}") from None
         self.reader.join(5)
         return code
 
