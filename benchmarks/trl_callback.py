@@ -8,15 +8,15 @@ reference logprobs; detectors and the control link on), alternating for ``--roun
 measures:
 
 - ``callback_share``: the time the training thread spends inside the cockpit per step (the step
-  hooks plus reading the completions after each generation, and — the detectors running in a
-  background thread by default — any wait for them; opening and closing the run are set-up),
+  hooks plus reading the completions after each generation, the detectors, or with ``--background``
+  any wait for them; opening and closing the run are set-up),
   measured by wrapping those calls, over the step time of the same run — precise, immune to
   machine noise, but blind to the writer and detector threads (``detectors_share``: the detectors'
-  own time, wherever they run; ``--same-step`` runs them in the training thread);
+  own time, wherever they run; ``--background`` runs them in a background thread);
 - ``ab_overhead``: median step time with the cockpit / without - 1 — the end-to-end view, noisy
   on a shared machine (the other CPU load changes between rounds).
 
-    python benchmarks/trl_callback.py [--quick] [--steps N] [--rounds R] [--same-step]
+    python benchmarks/trl_callback.py [--quick] [--steps N] [--rounds R] [--background]
 
 Last stdout line: one JSON object.
 """
@@ -43,8 +43,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="2 rounds of 4 steps (a smoke run)")
     p.add_argument("--steps", type=int, default=12, help="optimizer steps per run (default 12)")
     p.add_argument("--rounds", type=int, default=3, help="runs per variant, interleaved (default 3)")
-    p.add_argument("--same-step", action="store_true", help="the detectors in the training thread "
-                   "(background_diagnostics=False: actions on the step that raised them)")
+    p.add_argument("--background", action="store_true", help="the detectors in a background thread "
+                   "(background_diagnostics=True: actions one or two logged steps later)")
     args = p.parse_args()
     if args.quick:
         args.steps, args.rounds = min(args.steps, 4), min(args.rounds, 2)
@@ -74,7 +74,7 @@ class Clock:
         return [b - a for a, b in zip(self.ends, self.ends[1:], strict=False)]  # first step (warm-up) dropped
 
 
-def one_run(ex, steps: int, cockpit: bool, tmp: Path, same_step: bool = False) -> tuple[list[float], float, float]:
+def one_run(ex, steps: int, cockpit: bool, tmp: Path, background: bool = False) -> tuple[list[float], float, float]:
     from transformers import TrainerCallback
 
     import rlcockpit.integrations.trl as trl_module
@@ -91,7 +91,7 @@ def one_run(ex, steps: int, cockpit: bool, tmp: Path, same_step: bool = False) -
     trainer.add_callback(StepEnd())
     original = trl_module.samples_of
     if cockpit:
-        callback = watch(trainer, store=f"sqlite:///{tmp / 'bench.db'}", background_diagnostics=not same_step)
+        callback = watch(trainer, store=f"sqlite:///{tmp / 'bench.db'}", background_diagnostics=background)
         for hook in STEP_HOOKS:
             setattr(callback, hook, clock.timed(getattr(callback, hook)))
         trl_module.samples_of = clock.timed(original)  # reading the completions after each generation
@@ -120,7 +120,7 @@ def main() -> int:
     for _ in range(args.rounds):
         for cockpit in (False, True):
             with tempfile.TemporaryDirectory(prefix="trl-callback-bench-") as tmp:
-                times, spent, engine = one_run(ex, args.steps, cockpit, Path(tmp), args.same_step)
+                times, spent, engine = one_run(ex, args.steps, cockpit, Path(tmp), args.background)
             (on if cockpit else off).extend(times[1:])  # the first interval holds the run's set-up
             if cockpit:
                 inside += spent
@@ -130,16 +130,16 @@ def main() -> int:
     share = inside / on_total if on_total else None
     engine_share = detectors / on_total if on_total else None
     ab = med_on / med_off - 1
-    mode = "same step (in the training thread)" if args.same_step else "background (actions one logged step later)"
+    mode = "background (actions one or two logged steps later)" if args.background else "same step (in the training thread)"
     print(f"TRL GRPO step on the tiny model, {args.rounds} rounds x {args.steps} steps per variant; detectors: {mode}")
     print(f"  without the cockpit  median {med_off * 1000:8.1f} ms/step")
     print(f"  with the cockpit     median {med_on * 1000:8.1f} ms/step  (A/B {ab:+.1%}, noisy)")
     print(f"  training thread inside the cockpit: {share:.2%} of the step time (hooks, reading the completions"
-          + (", the detectors)" if args.same_step else ", waiting for the background detectors)"))
+          + (", waiting for the background detectors)" if args.background else ", the detectors)"))
     print(f"  the detectors' own time: {engine_share:.2%} of the step time"
-          + ("" if args.same_step else " (in the background thread, overlapping the next generation)"))
+          + (" (in the background thread, overlapping the next generation)" if args.background else ""))
     print(json.dumps({"benchmark": "trl_callback", "rounds": args.rounds, "steps": args.steps,
-                      "detectors": "same_step" if args.same_step else "background",
+                      "detectors": "background" if args.background else "same_step",
                       "step_ms_without": round(med_off * 1000, 2), "step_ms_with": round(med_on * 1000, 2),
                       "ab_overhead": round(ab, 4), "callback_share": round(share, 5),
                       "detectors_share": round(engine_share, 5),

@@ -18,12 +18,12 @@ completion length, epsilon) and commands: pause blocks until resumed, stop sets
 tickets approved by the policy (red: checkpoint + pause, black: stop), and a run stopped on a red
 or black finding gets a ``post_mortem`` event naming the checkpoint to resume from.
 
-The detectors run in a background thread by default, while the trainer generates the next batch:
-a logged step's findings are written, and their actions taken, at the first boundary after they
-are ready — the next step's, or the one after when the detectors are still busy (at most
-``MAX_BEHIND`` logged steps wait; then the training thread waits for the oldest) — so the training
-thread pays only for logging. ``background_diagnostics=False`` runs them in the training thread so
-that a step's actions act on that very step.
+The detectors run in the training thread at each logged step, so a step's actions act on that very
+step. ``background_diagnostics=True`` runs them in a background thread while the trainer generates
+the next batch: a logged step's findings are written, and their actions taken, at the first boundary
+after they are ready (at most ``MAX_BEHIND`` logged steps wait; then the training thread waits for
+the oldest). On the tiny CPU model it did not make the training thread's share smaller (the GIL and
+the two cores are shared; benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -71,12 +71,13 @@ class RlcockpitCallback(TrainerCallback):
     """``store``: URI of the store; ``project`` / ``name`` / ``run_id``: the run's labels (``resume``:
     continue run ``run_id``, e.g. with ``trainer.train(resume_from_checkpoint=...)``); ``control``: take tickets (a ``ControlConfig``, True, or False); ``diagnostics``: a
     ``DiagnosticsConfig``, None for the defaults, or False; ``background_diagnostics``: run the
-    detectors beside the training thread, their actions one logged step later (default), or in it;
+    detectors beside the training thread, their actions one or two logged steps later (default: in
+    it, actions on the step that raised them);
     ``token_arrays``: the telemetry's ``TokenArrayPolicy``."""
 
     def __init__(self, *, trainer: Any = None, store: str = "sqlite:///rlcockpit.db", project: str = "trl",
                  name: str | None = None, run_id: str | None = None, resume: bool = False, control: Any = True,
-                 diagnostics: Any = None, background_diagnostics: bool = True,
+                 diagnostics: Any = None, background_diagnostics: bool = False,
                  token_arrays: Any = None) -> None:
         self.trainer, self.store, self.project, self.name, self.run_id = trainer, store, project, name, run_id
         self.resume = resume
