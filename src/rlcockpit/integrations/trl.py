@@ -212,7 +212,7 @@ class RlcockpitCallback(TrainerCallback):
             return
         if self._worker is not None:
             while len(self._diagnosing) >= MAX_BEHIND:  # the detectors fell behind: wait for the oldest
-                self._collect_one(wait=True)
+                self._collect_one()
             future = self._worker.submit(self.engine.observe, step, metrics, samples, time.time())
             self._diagnosing.append((step, samples, future))
             return
@@ -227,13 +227,11 @@ class RlcockpitCallback(TrainerCallback):
         """The findings of the steps diagnosed in the background, in step order: those done (``wait``:
         all of them, blocking)."""
         while self._diagnosing and (wait or self._diagnosing[0][2].done()):
-            self._collect_one(wait=True)
+            self._collect_one()
 
-    def _collect_one(self, wait: bool) -> None:
-        step, samples, future = self._diagnosing[0]
-        if not wait and not future.done():
-            return
-        self._diagnosing.popleft()
+    def _collect_one(self) -> None:
+        """The oldest background diagnosis's findings (blocks until it is done)."""
+        step, samples, future = self._diagnosing.popleft()
         try:
             findings = future.result()
         except Exception as exc:  # fail soft: the detectors miss a step, training goes on

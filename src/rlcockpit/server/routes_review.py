@@ -8,13 +8,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
-from rlcockpit.control import ControlPlane, Principal
+from rlcockpit.control import ControlPlane
 from rlcockpit.control.errors import TicketError
 from rlcockpit.control.review import LABELS, ReviewQueue, label_dict
 from rlcockpit.server.params import I64_MAX, I64_MIN
 from rlcockpit.server.responses import SafeJSONResponse, error_responses, json_response
+from rlcockpit.server.routes_control import Operator, Viewer
 from rlcockpit.server.serialize import sample_dict
-from rlcockpit.server.workers import nice_this_thread
 
 router = APIRouter(prefix="/api/runs/{run}/review", tags=["review"],
                    default_response_class=SafeJSONResponse,
@@ -26,17 +26,7 @@ def _queue(request: Request) -> ReviewQueue:
     return ReviewQueue(plane.store, plane.runs)
 
 
-def _role(role: str):
-    def dependency(request: Request) -> Principal:
-        nice_this_thread(request.app.state.settings.worker_nice)
-        return request.app.state.access.require(request, role)
-
-    return Depends(dependency)
-
-
 Queue = Annotated[ReviewQueue, Depends(_queue)]
-Viewer = Annotated[Principal, _role("viewer")]
-Operator = Annotated[Principal, _role("operator")]
 Int = Annotated[int, Path(ge=I64_MIN, le=I64_MAX)]
 LABEL_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
     "type": "object", "required": ["label"], "properties": {
