@@ -73,7 +73,7 @@ def _benchmark_modules():
         sys.path.remove(str(ROOT / "benchmarks"))
 
 
-@pytest.mark.parametrize("split", ["calibration", "calibration-b", "calibration-c", "evaluation"])
+@pytest.mark.parametrize("split", ["calibration", "calibration-b", "calibration-c", "calibration-d", "evaluation"])
 def test_every_fault_sees_several_variants_and_the_split_fits_the_budget(split):
     _, grid = _benchmark_modules()
     jobs = grid.make_jobs(split, None, False)
