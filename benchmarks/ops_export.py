@@ -63,7 +63,7 @@ class Timed:
 
 
 def one_round(tmp: Path, steps: int, ops: bool, scrape_s: float, full: bool = True) -> dict[str, Any]:
-    from rlcockpit.cli.ops import close_all, wire_trainer
+    from rlcockpit.cli._support.ops import close_all, wire_trainer
     from rlcockpit.config import load_config
     from rlcockpit.trainer.config import TrainConfig
     from rlcockpit.trainer.trainer import Trainer

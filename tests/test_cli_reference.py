@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlcockpit.cli import COMMAND_MODULES, build_parser
-from rlcockpit.cli.reference import _walk, cli_markdown
+from rlcockpit.cli._support.reference import _walk, cli_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = {"train", "demo", "world", "runs", "export", "import"}
@@ -24,7 +24,7 @@ def test_every_command_module_is_installed():
 def test_docs_cli_md_is_current():
     doc = ROOT / "docs" / "cli.md"
     assert doc.read_text(encoding="utf-8") == cli_markdown(), (
-        "docs/cli.md is out of date: run `python -m rlcockpit.cli.reference > docs/cli.md`")
+        "docs/cli.md is out of date: run `python -m rlcockpit.cli._support.reference > docs/cli.md`")
 
 
 @pytest.mark.parametrize("path", sorted({" ".join(p[1:]) for p, _ in _walk(build_parser(), ["x"])} - {""}))

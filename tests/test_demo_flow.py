@@ -1,4 +1,4 @@
-"""The newcomer's demo end to end (`rlcockpit demo`, cli/demo_users.py, cli/demo_guide.py): the
+"""The newcomer's demo end to end (`rlcockpit demo`, cli/_support/demo_users.py, cli/demo_guide.py): the
 printed sign-in links carry working tokens of the right roles, the incident guide is printed once
 with the fix that undoes the scripted lr_spike, following it (a ticket requested by demo-operator,
 approved by demo-approver) gets the change applied and its effect measured within the run, the
@@ -18,7 +18,7 @@ import time
 import httpx
 import pytest
 
-from rlcockpit.cli.demo_users import DemoUsers, describe, ensure_demo_users
+from rlcockpit.cli._support.demo_users import DemoUsers, describe, ensure_demo_users
 from rlcockpit.control import Users
 from rlcockpit.store import open_store
 from server_testkit import free_port

@@ -146,7 +146,7 @@ def test_trainer_log_lines_for_a_finding() -> None:
 
 @pytest.mark.slow
 def test_a_real_run_serves_metrics_and_writes_json_lines(tmp_path, capfd) -> None:
-    from rlcockpit.cli.ops import close_all, wire_trainer
+    from rlcockpit.cli._support.ops import close_all, wire_trainer
     from rlcockpit.trainer.trainer import Trainer
     from trainer_testkit import make_config
 

@@ -13,10 +13,10 @@ import sys
 from rlcockpit import __version__
 from rlcockpit.errors import RlcockpitError
 
-# module name under rlcockpit.cli -> registers one or more sub-commands
-# (a name whose module is absent is skipped: commands land one by one)
+# module name under rlcockpit.cli -> registers one or more sub-commands. Every module directly
+# under rlcockpit.cli is one of these (a test checks); their helpers live in rlcockpit.cli._support.
 COMMAND_MODULES = ("train", "demo", "world", "runs", "transfer", "doctor", "library", "snapshot",
-                   "faults", "serve", "users", "ticket", "commands", "audit", "store", "cost")
+                   "faults", "serve", "users", "ticket", "training_commands", "audit", "store", "cost")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,14 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rlcockpit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"rlcockpit.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"rlcockpit.cli.{name}":
-                raise
-            continue  # command not part of this installation
-        module.register(sub)
+    for name in COMMAND_MODULES:  # a missing module is an ImportError: every command ships
+        importlib.import_module(f"rlcockpit.cli.{name}").register(sub)
     return parser
 
 

@@ -5,9 +5,9 @@ The cockpit server runs in a background thread of the same process (uvicorn on 1
 the trainer trains; halfway through, a scripted incident (a fault from :mod:`rlcockpit.faults`,
 ``lr_spike`` by default) breaks the run so a newcomer sees a failure detected, explained and
 snapshotted live. The demo creates two users (``demo-operator``, ``demo-approver``,
-:mod:`.demo_users`) and prints their sign-in links; when the incident fires, the terminal prints a
-guide (:mod:`.demo_guide`) to the ticket that undoes it. :func:`run_demo` is a plain function so
-other launchers can call it.
+:mod:`._support.demo_users`) and prints their sign-in links; when the incident fires, the terminal
+prints a guide (:mod:`.demo_guide`) to the ticket that undoes it. :func:`run_demo` is a plain
+function so other launchers can call it.
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def _sign_in(server: DemoServer, store: str) -> Any:
-    """Create (or replace) the demo users and print one sign-in link each (demo_users.py)."""
-    from rlcockpit.cli.demo_users import describe, ensure_demo_users
+    """Create (or replace) the demo users and print one sign-in link each (_support/demo_users.py)."""
+    from rlcockpit.cli._support.demo_users import describe, ensure_demo_users
 
     people = ensure_demo_users(server.opened.control())
     for line in describe(people, server.url, store):
@@ -179,7 +179,8 @@ def run_demo(steps: int = DEFAULT_STEPS, store: str = DEFAULT_STORE, seed: int =
     """Train, show a live table, print where the data went; returns the TrainResult. With
     ``incident`` (a fault name) that fault is injected from step ``onset`` (default: halfway) and
     the incident guide is printed above the table when it is detected; ``url`` (the cockpit) and
-    ``people`` (:class:`~rlcockpit.cli.demo_users.DemoUsers`) make the guide's links and names."""
+    ``people`` (:class:`~rlcockpit.cli._support.demo_users.DemoUsers`) make the guide's links and
+    names."""
     from rich.console import Console
     from rich.live import Live
 

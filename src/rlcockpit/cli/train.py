@@ -108,7 +108,7 @@ def run_command(args: argparse.Namespace) -> int:
 
         resume_path = resolve_checkpoint(args.resume, cfg.checkpoint.dir)
         cfg = build_config(args, base=checkpoint_config(resume_path))
-    from rlcockpit.cli.ops import close_all, wire_trainer
+    from rlcockpit.cli._support.ops import close_all, wire_trainer
     from rlcockpit.trainer.trainer import Trainer
 
     trainer = Trainer(cfg, resume_from=resume_path, control_store=control_store(cfg))

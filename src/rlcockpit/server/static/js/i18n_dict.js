@@ -1,5 +1,5 @@
 // The label dictionaries (English, 中文). Keys are grouped by where they appear. The e2e test
-// tests/e2e/test_i18n_keys.py fails when a key used in the code is missing from either language.
+// tests/e2e/test_i18n.py fails when a key used in the code is missing from either language.
 export const EN = {
   "tab.dashboard": "Dashboard", "tab.samples": "Samples", "tab.alerts": "Alerts", "tab.library": "Failure library",
   "tab.runs": "Runs", "tab.compare": "Compare", "tab.snapshot": "Snapshot", "tab.review": "Review",

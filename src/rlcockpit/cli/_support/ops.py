@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-log = logging.getLogger("rlcockpit.cli.ops")
+log = logging.getLogger("rlcockpit.cli._support.ops")
 
 
 def wire_trainer(trainer: Any, cfg: Any) -> list[Callable[[], Any]]:

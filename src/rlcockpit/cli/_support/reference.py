@@ -1,7 +1,7 @@
 """Generate the command-line reference (docs/cli.md) from the argparse tree itself.
 
-``python -m rlcockpit.cli.reference > docs/cli.md``; a test fails when the file is out of date, so
-every command and option is documented.
+``python -m rlcockpit.cli._support.reference > docs/cli.md``; a test fails when the file is out
+of date, so every command and option is documented.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def cli_markdown() -> str:
     lines = [
         "# Command-line reference",
         "",
-        "Generated from the parser by `python -m rlcockpit.cli.reference`; do not edit by hand.",
+        "Generated from the parser by `python -m rlcockpit.cli._support.reference`; do not edit by hand.",
         "Every command exits 0 on success, 2 on a user error (bad config, bad input, unknown run)",
         "with a one-line `error: ...` message naming what to fix.",
         "",
