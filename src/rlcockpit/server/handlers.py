@@ -1,4 +1,5 @@
-"""One canonical error shape for every failure (api.md): ``{"error": {code, message, details}}``.
+"""The exception handlers: one canonical error shape for every failure (api.md):
+``{"error": {code, message, details}}``. The server's own error types are in errors.py.
 
 RlcockpitError maps through its ``code`` / ``http_status``; HTTP errors (unknown route, wrong
 method) keep their status; validation errors become 422 ``invalid_parameter`` naming the
@@ -21,17 +22,6 @@ log = logging.getLogger("rlcockpit.server")
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 406: "not_acceptable", 413: "too_large",
                429: "too_many_requests", 503: "unavailable"}
-
-
-class ParameterError(RlcockpitError):
-    """A query parameter is out of range or inconsistent with another one."""
-
-    code = "invalid_parameter"
-    http_status = 422
-
-    def __init__(self, parameter: str, value: object, why: str) -> None:
-        super().__init__(f"query parameter {parameter}={value!r}: {why}",
-                         details={"parameter": parameter, "value": value})
 
 
 def install(app: FastAPI) -> None:

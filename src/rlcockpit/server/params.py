@@ -5,7 +5,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 
 from rlcockpit.records import INT64
-from rlcockpit.server.handlers import ParameterError
+from rlcockpit.server.errors import ParameterError
 
 # Every integer of a path or query is a 64-bit SQLite integer: bigger ones are 422, not 500.
 I64_MIN, I64_MAX = INT64

@@ -15,14 +15,9 @@ from __future__ import annotations
 import os
 import threading
 
-from rlcockpit.errors import RlcockpitError
+from rlcockpit.server.errors import TooManyStreams
 
 _local = threading.local()
-
-
-class TooManyStreams(RlcockpitError):
-    code = "too_many_streams"
-    http_status = 503
 
 
 def limit_threads(n: int) -> None:

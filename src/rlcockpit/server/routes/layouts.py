@@ -10,7 +10,7 @@ from fastapi import APIRouter, Body, Depends, Request
 
 from rlcockpit.errors import StoreError
 from rlcockpit.server.deps import require_viewer
-from rlcockpit.server.handlers import ParameterError
+from rlcockpit.server.errors import ParameterError
 from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
 from rlcockpit.store.layouts import Layout, encode
 

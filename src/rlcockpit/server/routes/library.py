@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from rlcockpit.errors import RlcockpitError
 from rlcockpit.server.deps import require_viewer
+from rlcockpit.server.errors import LibraryUnavailable
 from rlcockpit.server.library_sources import public_sources
 from rlcockpit.server.responses import (
     READ_ERRORS,
@@ -25,11 +25,6 @@ from rlcockpit.server.responses import (
 router = APIRouter(prefix="/api/library", tags=["library"],
                    dependencies=[Depends(require_viewer)], default_response_class=SafeJSONResponse,
                    responses=error_responses(*READ_ERRORS, 503))
-
-
-class LibraryUnavailable(RlcockpitError):
-    code = "library_unavailable"
-    http_status = 503
 
 
 @router.get("/search", summary="Search the failure library in Chinese or English")

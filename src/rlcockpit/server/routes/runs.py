@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from rlcockpit._version import __version__
 from rlcockpit.records import to_dict
 from rlcockpit.server.deps import Reader, Settings, require_viewer
-from rlcockpit.server.handlers import ParameterError
+from rlcockpit.server.errors import ParameterError
 from rlcockpit.server.params import (
     I64_MAX,
     I64_MIN,
