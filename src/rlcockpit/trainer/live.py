@@ -15,9 +15,7 @@ Stdlib only; thread-safe.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import itertools
-import math
 import threading
 import time
 from collections import deque
@@ -25,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlcockpit.control.params import check_value, unknown_parameter
 from rlcockpit.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -112,6 +111,8 @@ def validate_changes(changes: Mapping[str, Any], bounds: Mapping[str, tuple[floa
 
     Raises :class:`ConfigError` for an empty request, an unknown key (with a suggestion), a wrong
     type, NaN/inf, or a value outside the allowed range (``bounds`` may tighten a spec's range).
+    The rules are the control plane's (:mod:`rlcockpit.control.params`), so a ticket and an
+    in-process request are refused alike.
     """
     if not isinstance(changes, Mapping) or not changes:
         raise ConfigError("a live-parameter request needs at least one change, e.g. {'kl_coef': 0.1}",
@@ -120,35 +121,11 @@ def validate_changes(changes: Mapping[str, Any], bounds: Mapping[str, tuple[floa
     for key, value in changes.items():
         spec = LIVE_SPECS.get(key)
         if spec is None:
-            close = difflib.get_close_matches(str(key), list(LIVE_SPECS), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(f"'{key}' is not a live parameter{hint} (allowed: {', '.join(sorted(LIVE_SPECS))})",
-                              details={"key": key, "allowed": sorted(LIVE_SPECS)})
+            raise unknown_parameter(key, LIVE_SPECS, ConfigError)
         lo, hi = (bounds or {}).get(key, (spec.lo, spec.hi))
-        out[key] = _check_live_value(spec, value, lo, hi)
+        kind = "int" if spec.type is int else "float"
+        out[key] = check_value(key, value, {"type": kind, "lo": lo, "hi": hi}, ConfigError)
     return out
-
-
-def _check_live_value(spec: LiveSpec, value: Any, lo: float, hi: float) -> float | int:
-    key = spec.name
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        expected = "an integer" if spec.type is int else "a number"
-        raise ConfigError(f"{key}={value!r} has the wrong type; expected {expected}",
-                          details={"key": key, "value": repr(value), "expected": expected})
-    if not math.isfinite(float(value)):
-        raise ConfigError(f"{key}={value!r} must be a finite number in [{lo}, {hi}]",
-                          details={"key": key, "value": str(value), "range": [lo, hi]})
-    if spec.type is int:
-        if float(value) != int(value):
-            raise ConfigError(f"{key}={value!r} has the wrong type; expected an integer",
-                              details={"key": key, "value": value, "expected": "an integer"})
-        value = int(value)
-    else:
-        value = float(value)
-    if not lo <= value <= hi:
-        raise ConfigError(f"{key}={value!r} is out of range; allowed: [{lo}, {hi}]",
-                          details={"key": key, "value": value, "range": [lo, hi]})
-    return value
 
 
 _ids = itertools.count(1)
