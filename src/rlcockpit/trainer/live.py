@@ -9,7 +9,7 @@ trainer only at a phase boundary (HOTFIX), so a step never sees half a change (D
     step = pending.result(timeout=60)     # the step at whose end the change was applied
 
 The same inbox takes commands: ``checkpoint()``, ``pause()``, ``resume()``, ``stop()``.
-Stdlib only; thread-safe.
+Thread-safe; the value rules are the control plane's (:mod:`rlcockpit.control.params`).
 """
 
 from __future__ import annotations
