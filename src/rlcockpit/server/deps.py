@@ -1,28 +1,50 @@
-"""Request dependencies: the viewer check (the control plane's hook) and the store reader with
-this request's time limit.
+"""Request dependencies: the role check of every route and the store reader with this request's
+time limit.
 
-``require_viewer`` is on every read route. Without users (``app.state.access is None``) everyone
-may read; the control helper's ``access`` object decides otherwise (``access.require(request,
-"viewer")`` raises 401 / 403).
+:func:`require_role` is the one role check: read routes ask for ``viewer`` (router-wide), control
+routes name their caller with :data:`Viewer`, :data:`Operator` or :data:`Approver`. Without users
+(``app.state.access is None``) everyone may read; otherwise the control plane's
+:class:`~rlcockpit.server.auth.Access` decides (``access.require(request, role)`` raises 401 / 403,
+audited).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
+from rlcockpit.control import Principal
+from rlcockpit.control.errors import AuthError
+from rlcockpit.server.auth import ANONYMOUS
 from rlcockpit.server.settings import ServerSettings
 from rlcockpit.server.workers import nice_this_thread
 
 
-def require_viewer(request: Request) -> None:
-    nice_this_thread(request.app.state.settings.worker_nice)
-    access = request.app.state.access
-    if access is not None:
-        access.require(request, "viewer")
+@functools.cache
+def require_role(role: str) -> Callable[[Request], Principal]:
+    """The dependency that admits a caller whose role is at least ``role`` and returns them. One
+    function per role, so a route that asks for the same role as its router is checked once."""
+
+    def caller(request: Request) -> Principal:
+        nice_this_thread(request.app.state.settings.worker_nice)
+        access = request.app.state.access
+        if access is not None:
+            return access.require(request, role)
+        if role != "viewer":  # control routes exist only with the control plane, which sets access
+            raise AuthError(f"this server has no control plane; {request.url.path} needs the role {role}",
+                            details={"reason": "no_control", "needed": role})
+        return ANONYMOUS
+
+    caller.__name__ = f"require_{role}"
+    return caller
+
+
+require_viewer = require_role("viewer")  # every read route (router-wide) and GET /metrics
 
 
 def get_settings(request: Request) -> ServerSettings:
@@ -70,3 +92,6 @@ def get_reader(request: Request) -> TimedReader:
 
 Reader = Annotated[TimedReader, Depends(get_reader)]
 Settings = Annotated[ServerSettings, Depends(get_settings)]
+Viewer = Annotated[Principal, Depends(require_viewer)]
+Operator = Annotated[Principal, Depends(require_role("operator"))]
+Approver = Annotated[Principal, Depends(require_role("approver"))]

@@ -11,12 +11,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
 
-from rlcockpit.control import COMMANDS, ControlPlane, Principal
+from rlcockpit.control import COMMANDS, ControlPlane
 from rlcockpit.control.errors import TicketError
 from rlcockpit.records import TICKET_STATUSES, to_dict
+from rlcockpit.server.deps import Approver, Operator, Viewer
 from rlcockpit.server.params import I64_MAX, I64_MIN, csv, csv_of
 from rlcockpit.server.responses import SafeJSONResponse, error_responses, json_response
-from rlcockpit.server.workers import nice_this_thread
 
 router = APIRouter(prefix="/api", tags=["control"], default_response_class=SafeJSONResponse,
                    responses=error_responses(400, 401, 403, 404, 409, 413, 422))
@@ -26,18 +26,7 @@ def _plane(request: Request) -> ControlPlane:
     return request.app.state.control
 
 
-def _role(role: str):
-    def dependency(request: Request) -> Principal:
-        nice_this_thread(request.app.state.settings.worker_nice)
-        return request.app.state.access.require(request, role)
-
-    return Depends(dependency)
-
-
 Plane = Annotated[ControlPlane, Depends(_plane)]
-Viewer = Annotated[Principal, _role("viewer")]
-Operator = Annotated[Principal, _role("operator")]
-Approver = Annotated[Principal, _role("approver")]
 JsonBody = Annotated[dict[str, Any] | None, Body()]
 TicketId = Annotated[int, Path(ge=I64_MIN, le=I64_MAX)]
 

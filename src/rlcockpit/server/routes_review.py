@@ -11,9 +11,9 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from rlcockpit.control import ControlPlane
 from rlcockpit.control.errors import TicketError
 from rlcockpit.control.review import LABELS, ReviewQueue, label_dict
+from rlcockpit.server.deps import Operator, Viewer
 from rlcockpit.server.params import I64_MAX, I64_MIN
 from rlcockpit.server.responses import SafeJSONResponse, error_responses, json_response
-from rlcockpit.server.routes_control import Operator, Viewer
 from rlcockpit.server.serialize import sample_dict
 
 router = APIRouter(prefix="/api/runs/{run}/review", tags=["review"],
