@@ -1,4 +1,4 @@
-"""trainer.losses and trainer.advantages: losses equal naive per-token loops (padding never leaks,
+"""trainer.losses, trainer.advantage and trainer.controllers: losses equal naive per-token loops (padding never leaks,
 not even into gradients); controllers follow their formulas step by step, clamp, and round-trip
 through state_dict."""
 
@@ -13,14 +13,8 @@ import pytest
 import torch
 
 from rlcockpit.errors import ConfigError
-from rlcockpit.trainer.advantages import (
-    AdaptiveClipEps,
-    AdaptiveKLController,
-    FixedKLController,
-    RunningMeanStd,
-    ValueNormalizer,
-    token_rewards,
-)
+from rlcockpit.trainer.advantage import RunningMeanStd, ValueNormalizer, token_rewards
+from rlcockpit.trainer.controllers import AdaptiveClipEps, AdaptiveKLController, FixedKLController
 from rlcockpit.trainer.losses import entropy_bonus, kl_loss, policy_loss, value_loss
 
 SEEDS = [0, 1, 2]

@@ -27,7 +27,7 @@ def test_a_short_run_with_the_reward_model_stores_its_decisions(tmp_path):
     trainer = Trainer(cfg)
     result = trainer.run()
     assert result.status == "finished"
-    fn = trainer.c.reward_fn.fn
+    fn = trainer.reward_fn.fn
     assert isinstance(fn, WorldRMScore) and fn.cfg.gating.threshold == 0.02  # configured from reward.rm
     assert len(fn.reward.fusion.history) == 3  # one observed step each: the fusion LSTM's input
     state = trainer.state_dict()["reward_fn"]  # what a checkpoint keeps: a resumed run goes on

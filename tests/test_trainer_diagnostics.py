@@ -175,9 +175,9 @@ def test_black_stops_and_rolls_back_to_the_last_checkpoint_before_the_incident(t
     from rlcockpit.trainer.models import load_causal_lm
 
     healthy = load_causal_lm(Path(res["checkpoint"]) / "actor").state_dict()
-    live = trainer.c.actor.state_dict()
+    live = trainer.models.actor.state_dict()
     assert all(torch.equal(live[k], healthy[k]) for k in healthy)
-    assert trainer.c.source.state_dict() == torch.load(Path(res["checkpoint"]) / "trainer_state.pt",
+    assert trainer.prompts.source.state_dict() == torch.load(Path(res["checkpoint"]) / "trainer_state.pt",
                                                        weights_only=False)["data"]
 
 

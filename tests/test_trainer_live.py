@@ -155,7 +155,7 @@ def test_nan_in_the_loss_skips_the_optimizer_step_and_the_run_continues(tmp_path
             out.logits = out.logits * math.nan
         return out
 
-    trainer.add_observer(lambda step, m: trainer.c.actor.register_forward_hook(poison) if step == 1 else None)
+    trainer.add_observer(lambda step, m: trainer.models.actor.register_forward_hook(poison) if step == 1 else None)
     result = trainer.run()
     assert (result.status, result.step) == ("finished", 3)
     skipped = events(cfg, result.run_id, "nonfinite_update_skipped")

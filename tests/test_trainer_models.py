@@ -28,10 +28,10 @@ def test_a_local_hf_model_trains_and_its_weights_move(tmp_path, kind, algo):
     result = trainer.run()
     assert (result.status, result.step) == ("finished", 2)
     before = load_causal_lm(model_dir).state_dict()
-    after = trainer.c.actor.state_dict()
+    after = trainer.models.actor.state_dict()
     moved = [k for k in before if not torch.equal(before[k], after[k])]
     assert moved, "no parameter changed during training"
-    ref = trainer.c.reference.state_dict()
+    ref = trainer.models.reference.state_dict()
     assert all(torch.equal(before[k], ref[k]) for k in before), "the reference model must stay frozen"
     got = series(cfg, result.run_id)
     assert [s for s, _ in got["reward/mean"]] == [1, 2]

@@ -28,7 +28,7 @@ BASE_ATTR = "_rlcockpit_fault_base"  # the reference's weights before a perturba
 def sync_reference(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
     """Copy the actor's weights into the frozen reference (a botched 'reference refresh')."""
     with torch.no_grad():
-        trainer.c.reference.load_state_dict(trainer.c.actor.state_dict())
+        trainer.models.reference.load_state_dict(trainer.models.actor.state_dict())
     return {"reference": "weights copied from the actor"}
 
 
@@ -36,7 +36,7 @@ def perturb_reference(sigma: float, seed: int = 1234) -> Any:
     """An action: the reference's weights become base + ``sigma`` × frac × std(tensor) × N(0, 1)."""
 
     def action(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
-        ref = trainer.c.reference
+        ref = trainer.models.reference
         base = getattr(ref, BASE_ATTR, None)
         if base is None:
             base = {name: p.detach().clone() for name, p in ref.named_parameters()}
@@ -55,10 +55,10 @@ def mismatch_reference_template(prefix: str) -> Any:
     """An action: wrap the reference so it scores every response after ``prefix`` + the prompt."""
 
     def action(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
-        c = trainer.c
-        if not isinstance(c.reference, PromptTemplateReference):
-            ids = c.tokenizer(prefix)["input_ids"]
-            c.reference = PromptTemplateReference(c.reference, ids)
+        models = trainer.models
+        if not isinstance(models.reference, PromptTemplateReference):
+            ids = models.tokenizer(prefix)["input_ids"]
+            models.reference = PromptTemplateReference(models.reference, ids)
         return {"reference": f"scores responses given {prefix!r} + the prompt (the actor saw the prompt alone)"}
 
     return action

@@ -278,10 +278,10 @@ class ControlLink:
 
     def _validation_rewards(self, step: int) -> list[float] | None:
         t = self.trainer
-        if not self.cfg.effect_eval or not t.c.eval_items:
+        if not self.cfg.effect_eval or not t.prompts.eval_items:
             return None
         with t.clock.phase("EVAL", step):
-            totals, _ = t.evaluator.score(t.c.actor, step, t.live.params.max_new_tokens)
+            totals, _ = t.evaluator.score(t.models.actor, step, t.live.params.max_new_tokens)
         return [float(x) for x in totals]
 
     # ------------------------------------------------------------------ publishing and automatic actions

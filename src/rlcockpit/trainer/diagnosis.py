@@ -327,7 +327,7 @@ def restore(trainer: Any, path: Path) -> int:
 
     state = load_state(path)
     fresh = load_causal_lm(path / "actor")
-    trainer.c.actor.load_state_dict(fresh.state_dict())
+    trainer.models.actor.load_state_dict(fresh.state_dict())
     trainer.resume_from = path  # load_state_dict reads the critic from resume_from
     trainer.load_state_dict(state)
     trainer.last_checkpoint = str(path)

@@ -16,17 +16,15 @@ from torch import nn
 from rlcockpit.rewards import RewardFunction
 from rlcockpit.trainer.config import EvalConfig
 from rlcockpit.trainer.data import PromptItem
-from rlcockpit.trainer.rollout import generate, left_pad
+from rlcockpit.trainer.rollout import sample_responses
 
 
 class Evaluator:
-    def __init__(self, items: Sequence[PromptItem], cfg: EvalConfig, tokenizer, reward_fn: RewardFunction,
-                 pad_id: int, eos_id: int) -> None:
+    def __init__(self, items: Sequence[PromptItem], cfg: EvalConfig, tokenizer, reward_fn: RewardFunction) -> None:
         self.items = list(items)[: cfg.max_prompts]
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.reward_fn = reward_fn
-        self.pad_id, self.eos_id = pad_id, eos_id
 
     def run(self, model: nn.Module, step: int, max_new_tokens: int) -> dict[str, float]:
         totals, correct = self.score(model, step, max_new_tokens)
@@ -39,11 +37,10 @@ class Evaluator:
         responses: list[str] = []
         for start in range(0, len(self.items), self.cfg.batch_size):
             chunk = self.items[start:start + self.cfg.batch_size]
-            ids, mask = left_pad([it.token_ids for it in chunk], self.pad_id)
-            batch = generate(model, ids, mask, max_new_tokens=max_new_tokens, temperature=self.cfg.temperature,
-                             top_p=self.cfg.top_p, eos_id=self.eos_id, pad_id=self.pad_id, generator=generator)
-            responses.extend(decode_responses(self.tokenizer, batch.response_ids, batch.response_mask,
-                                              self.eos_id))
+            _, texts = sample_responses(model, [it.token_ids for it in chunk], self.tokenizer,
+                                        max_new_tokens=max_new_tokens, temperature=self.cfg.temperature,
+                                        top_p=self.cfg.top_p, generator=generator)
+            responses.extend(texts)
         scored = self.reward_fn([it.prompt for it in self.items], responses, [it.meta for it in self.items], step)
         return np.asarray(scored.totals, dtype=np.float64), scored.info.get("correct")
 
@@ -62,15 +59,3 @@ def eval_metrics(items: Sequence[PromptItem], totals: np.ndarray, correct: np.nd
             if verdicts.size:
                 out[f"eval/accuracy/{cat}"] = float(verdicts.mean())
     return out
-
-
-def decode_responses(tokenizer, response_ids: torch.Tensor, response_mask: torch.Tensor,
-                     eos_id: int) -> list[str]:
-    """Response text without EOS and padding."""
-    rows = []
-    for ids, n in zip(response_ids.tolist(), response_mask.sum(-1).tolist(), strict=True):
-        ids = ids[: int(n)]
-        if ids and ids[-1] == eos_id:
-            ids = ids[:-1]
-        rows.append(ids)
-    return tokenizer.batch_decode(rows, skip_special_tokens=True, clean_up_tokenization_spaces=False)

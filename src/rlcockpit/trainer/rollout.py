@@ -1,4 +1,9 @@
-"""ROLLOUT: sample responses with our own KV-cached loop, and the forward passes over (prompt, response).
+"""ROLLOUT: sample responses with our own KV-cached loop, decode them, and the forward passes over
+(prompt, response).
+
+:func:`sample_responses` is the phase (the trainer's rollout and the validation prompts of EVAL
+both use it): left-pad the prompts, sample with :func:`generate`, decode with
+:func:`decode_responses`.
 
 Layout of a batch (seed 003 §3.2): prompts are *left*-padded to width P, responses *right*-padded
 to width R, so every response starts at column P. ``response_mask`` is 1 on generated tokens up to
@@ -119,6 +124,28 @@ def generate(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
     response_mask = torch.stack(valid, dim=1).float()
     return RolloutBatch(prompt_ids, prompt_mask, response_ids, response_mask, truncated=~finished,
                         logprobs=torch.stack(logps, dim=1))
+
+
+def sample_responses(model: nn.Module, prompts: Sequence[Sequence[int]], tokenizer: Any, *, max_new_tokens: int,
+                     temperature: float, top_p: float, generator: torch.Generator) -> tuple[RolloutBatch, list[str]]:
+    """Sample one response per prompt (token ids): the batch (ids, masks, logprobs) and its text."""
+    pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
+    ids, mask = left_pad(prompts, pad_id)
+    batch = generate(model, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                     eos_id=eos_id, pad_id=pad_id, generator=generator)
+    return batch, decode_responses(tokenizer, batch.response_ids, batch.response_mask, eos_id)
+
+
+def decode_responses(tokenizer: Any, response_ids: torch.Tensor, response_mask: torch.Tensor,
+                     eos_id: int) -> list[str]:
+    """Response text without EOS and padding."""
+    rows = []
+    for ids, n in zip(response_ids.tolist(), response_mask.sum(-1).tolist(), strict=True):
+        ids = ids[: int(n)]
+        if ids and ids[-1] == eos_id:
+            ids = ids[:-1]
+        rows.append(ids)
+    return tokenizer.batch_decode(rows, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
 def _accepts(model: nn.Module, name: str) -> bool:

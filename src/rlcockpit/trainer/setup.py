@@ -18,14 +18,14 @@ from torch import nn
 
 from rlcockpit.errors import ConfigError
 from rlcockpit.rewards import RewardFunction
-from rlcockpit.trainer.advantages import (
+from rlcockpit.trainer.advantage import Normalizers, RunningMeanStd, ValueNormalizer
+from rlcockpit.trainer.config import TrainConfig
+from rlcockpit.trainer.controllers import (
     AdaptiveClipEps,
     AdaptiveKLController,
+    Controllers,
     FixedKLController,
-    RunningMeanStd,
-    ValueNormalizer,
 )
-from rlcockpit.trainer.config import TrainConfig
 from rlcockpit.trainer.data import PromptItem, PromptSource, load_prompt_items, tokenize_items
 from rlcockpit.trainer.models import (
     Critic,
@@ -39,20 +39,34 @@ from rlcockpit.trainer.models import (
 
 
 @dataclass
-class Components:
+class Models:
+    """The networks of a run and their tokenizer."""
+
     tokenizer: Any
     actor: nn.Module
-    reference: nn.Module
-    critic: Critic | None
+    reference: nn.Module  # frozen: the KL anchor
+    critic: Critic | None  # PPO only
+
+
+@dataclass
+class Prompts:
+    """The run's prompts: the training source (seeded order, resumable cursor) and the validation set."""
+
     source: PromptSource
     eval_items: list[PromptItem]
+    skipped: int  # training prompts longer than data.max_prompt_tokens, left out
+
+
+@dataclass
+class Components:
+    """What INIT builds; the trainer keeps each part under its own name."""
+
+    models: Models
+    prompts: Prompts
     reward_fn: RewardFunction
-    kl_ctl: FixedKLController
-    clip_ctl: AdaptiveClipEps | None
-    reward_rms: RunningMeanStd | None
-    value_norm: ValueNormalizer | None
-    max_new_tokens_limit: int
-    skipped_prompts: int
+    controllers: Controllers
+    normalizers: Normalizers
+    max_new_tokens_limit: int  # longest response the model's context allows after the longest prompt
 
 
 def seed_everything(seed: int) -> None:
@@ -85,11 +99,14 @@ def build_components(cfg: TrainConfig, actor_dir: Path | None = None) -> Compone
     reward_fn.probe(first.prompt, first.meta)  # a broken function fails here, before any training
     limit = _max_new_tokens_limit(cfg, actor, source.items + eval_items)
     return Components(
-        tokenizer=tokenizer, actor=actor, reference=reference, critic=critic, source=source,
-        eval_items=eval_items, reward_fn=reward_fn, kl_ctl=_kl_controller(cfg), clip_ctl=_clip_controller(cfg),
-        reward_rms=RunningMeanStd() if cfg.reward.normalize else None,
-        value_norm=ValueNormalizer() if cfg.model.normalize_values and critic is not None else None,
-        max_new_tokens_limit=limit, skipped_prompts=skipped,
+        models=Models(tokenizer=tokenizer, actor=actor, reference=reference, critic=critic),
+        prompts=Prompts(source=source, eval_items=eval_items, skipped=skipped),
+        reward_fn=reward_fn,
+        controllers=Controllers(kl=_kl_controller(cfg), clip=_clip_controller(cfg)),
+        normalizers=Normalizers(
+            reward=RunningMeanStd() if cfg.reward.normalize else None,
+            value=ValueNormalizer() if cfg.model.normalize_values and critic is not None else None),
+        max_new_tokens_limit=limit,
     )
 
 

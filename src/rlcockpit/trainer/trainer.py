@@ -26,18 +26,20 @@ from rlcockpit.metrics.cost import SCHEDULES, schedule_n
 from rlcockpit.metrics.rl import kl_per_token, logprobs_from_logits
 from rlcockpit.records import SampleRecord
 from rlcockpit.trainer import step_metrics as sm
+from rlcockpit.trainer.advantage import Normalizers, compute_advantages
 from rlcockpit.trainer.checkpoint import checkpoint_dir, load_state, prune, save_checkpoint
 from rlcockpit.trainer.config import TrainConfig
 from rlcockpit.trainer.control_link import ControlLink
+from rlcockpit.trainer.controllers import Controllers
 from rlcockpit.trainer.diagnosis import Diagnosis
-from rlcockpit.trainer.evaluation import Evaluator, decode_responses
+from rlcockpit.trainer.evaluation import Evaluator
 from rlcockpit.trainer.live import LiveControl, LiveParams, PendingChange
 from rlcockpit.trainer.phases import PhaseClock
-from rlcockpit.trainer.rollout import generate, left_pad, response_logits, response_values
+from rlcockpit.trainer.rollout import response_logits, response_values, sample_responses
 from rlcockpit.trainer.samples import TokenText, build_samples, histogram_values
-from rlcockpit.trainer.setup import Components, build_components
+from rlcockpit.trainer.setup import Models, Prompts, build_components
 from rlcockpit.trainer.state import restore_trainer_state, trainer_state
-from rlcockpit.trainer.step import StepState, grpo_advantages, ppo_advantages, shape_rewards
+from rlcockpit.trainer.step import StepState
 from rlcockpit.trainer.update import Updater
 
 log = logging.getLogger("rlcockpit.trainer")
@@ -72,7 +74,12 @@ class Trainer:
         # tickets and commands from the store's control plane (docs/control.md); None = not controlled
         self.control = ControlLink(control_store, config.control) \
             if control_store is not None and config.control.enabled else None
-        self.c: Components | None = None
+        # built in INIT (trainer/setup.py)
+        self.models: Models | None = None  # tokenizer, actor, frozen reference, critic
+        self.prompts: Prompts | None = None  # training source and validation prompts
+        self.reward_fn: Any = None
+        self.controllers: Controllers | None = None  # beta and epsilon between steps
+        self.normalizers: Normalizers | None = None  # running reward and value normalisation
         self.step = 0
         self.last_metrics: dict[str, float] = {}
         self.last_checkpoint: str | None = None
@@ -136,81 +143,73 @@ class Trainer:
         t0 = time.perf_counter()
         state = load_state(self.resume_from) if self.resume_from else None
         actor_dir = self.resume_from / "actor" if self.resume_from else None
-        self.c = build_components(self.cfg, actor_dir)
-        self.updater = Updater(self.c.actor, self.c.critic, self.cfg)
-        self.entropy_uniform = sm.entropy_uniform(self.c.actor)  # log V: fixed for the run
+        parts = build_components(self.cfg, actor_dir)
+        self.models, self.prompts, self.reward_fn = parts.models, parts.prompts, parts.reward_fn
+        self.controllers, self.normalizers = parts.controllers, parts.normalizers
+        m = self.models
+        self.updater = Updater(m.actor, m.critic, self.cfg)
+        self.entropy_uniform = sm.entropy_uniform(m.actor)  # log V: fixed for the run
         self.rollout_gen = torch.Generator().manual_seed(self.cfg.seed)
-        self.token_text = TokenText(self.c.tokenizer)
-        self.evaluator = Evaluator(self.c.eval_items, self.cfg.eval, self.c.tokenizer, self.c.reward_fn,
-                                   self.c.tokenizer.pad_token_id, self.c.tokenizer.eos_token_id)
-        self.live.tighten("max_new_tokens", 1, self.c.max_new_tokens_limit)
-        if self.c.clip_ctl is not None:
+        self.token_text = TokenText(m.tokenizer)
+        self.evaluator = Evaluator(self.prompts.eval_items, self.cfg.eval, m.tokenizer, self.reward_fn)
+        self.live.tighten("max_new_tokens", 1, parts.max_new_tokens_limit)
+        if self.controllers.clip is not None:
             self.live.tighten("clip_eps", self.cfg.ppo.clip_eps_min, self.cfg.ppo.clip_eps_max)
         if state is not None:
             self.load_state_dict(state)
         self.telemetry = self._open_run(state["run_id"] if state else None)
         self.diagnosis.attach(self)
-        if self.c.reward_fn.observer is not None:  # e.g. the fusion LSTM of the reward model
-            self.add_observer(self.c.reward_fn.observer)
+        if self.reward_fn.observer is not None:  # e.g. the fusion LSTM of the reward model
+            self.add_observer(self.reward_fn.observer)
         if self.control is not None:
             self.control.attach(self)
         duration = time.perf_counter() - t0
         self._phase_ended("INIT", self.step, duration, True)
         if state is None:
             self.clock.durations["INIT"] = duration  # logged as time/init_s at step 0
-        self.telemetry.event(self.step, "model_size", sm.model_size(self.c.actor, self.c.critic))
-        if self.c.skipped_prompts:
-            self.telemetry.event(self.step, "prompts_skipped", {"count": self.c.skipped_prompts,
+        self.telemetry.event(self.step, "model_size", sm.model_size(m.actor, m.critic))
+        if self.prompts.skipped:
+            self.telemetry.event(self.step, "prompts_skipped", {"count": self.prompts.skipped,
                                                                 "max_prompt_tokens": self.cfg.data.max_prompt_tokens})
 
     def rollout(self, step: int) -> StepState:
         self._step_started = time.perf_counter()
         with self.clock.phase("ROLLOUT", step):
-            live, c, n = self.live.params, self.c, self.n_samples(step)
-            prompts = c.source.next_batch()
-            items = [it for it in prompts for _ in range(n)]
-            ids, mask = left_pad([it.token_ids for it in items], c.tokenizer.pad_token_id)
-            batch = generate(c.actor, ids, mask, max_new_tokens=live.max_new_tokens, temperature=live.temperature,
-                             top_p=live.top_p, eos_id=c.tokenizer.eos_token_id, pad_id=c.tokenizer.pad_token_id,
-                             generator=self.rollout_gen)
-            responses = decode_responses(c.tokenizer, batch.response_ids, batch.response_mask,
-                                         c.tokenizer.eos_token_id)
+            live, n = self.live.params, self.n_samples(step)
+            items = [it for it in self.prompts.source.next_batch() for _ in range(n)]
+            batch, responses = sample_responses(
+                self.models.actor, [it.token_ids for it in items], self.models.tokenizer,
+                max_new_tokens=live.max_new_tokens, temperature=live.temperature, top_p=live.top_p,
+                generator=self.rollout_gen)
             return StepState(step, items, [i // n for i in range(len(items))], batch, responses)
 
     def score(self, state: StepState) -> None:
         """Rewards, old and reference logprobs, critic values (frozen forward passes, no grad)."""
         with self.clock.phase("SCORE", state.step), torch.no_grad():
-            c, temperature = self.c, self.live.params.temperature
-            state.scored = c.reward_fn([it.prompt for it in state.items], state.responses,
-                                       [it.meta for it in state.items], state.step)
+            m, temperature = self.models, self.live.params.temperature
+            state.scored = self.reward_fn([it.prompt for it in state.items], state.responses,
+                                          [it.meta for it in state.items], state.step)
             ids = state.batch.response_ids
             state.old_logprobs = state.batch.logprobs  # recorded while sampling: no second actor pass
             if state.old_logprobs is None:
-                state.old_logprobs = logprobs_from_logits(response_logits(c.actor, state.batch, temperature), ids)
-            state.ref_logprobs = logprobs_from_logits(response_logits(c.reference, state.batch, temperature), ids)
+                state.old_logprobs = logprobs_from_logits(response_logits(m.actor, state.batch, temperature), ids)
+            state.ref_logprobs = logprobs_from_logits(response_logits(m.reference, state.batch, temperature), ids)
             kl = kl_per_token(state.old_logprobs, state.ref_logprobs, self.cfg.kl.estimator)
             state.token_kl = torch.where(state.mask != 0, kl, torch.zeros_like(kl))
-            if c.critic is not None:
-                state.values = response_values(c.critic, state.batch)
-                vn = c.value_norm
+            if m.critic is not None:
+                state.values = response_values(m.critic, state.batch)
+                vn = self.normalizers.value
                 state.values_real = vn.denormalize(state.values).float() if vn else state.values
 
     def advantage(self, state: StepState) -> None:
         with self.clock.phase("ADVANTAGE", state.step):
-            live = self.live.params
-            state.rewards = state.scored.totals * live.reward_scale
-            finite = np.isfinite(state.rewards)
-            self.nonfinite_total += int((~finite).sum())
-            state.shaped = shape_rewards(state.rewards, self.c.reward_rms, self.cfg.reward.clip)
-            state.update_mask = state.mask * torch.as_tensor(finite, dtype=state.mask.dtype).unsqueeze(1)
-            state.kl_coef = self.c.kl_ctl.coef
-            state.clip_eps = self.c.clip_ctl.eps if self.c.clip_ctl else live.clip_eps
-            if self.cfg.algo == "ppo":
-                p = self.cfg.ppo
-                ppo_advantages(state, gamma=p.gamma, lam=p.lam, whiten=p.whiten_advantages,
-                               value_norm=self.c.value_norm)
-            else:
-                grpo_advantages(state, self.n_samples(state.step))
+            live, ctl = self.live.params, self.controllers
+            state.kl_coef = ctl.kl.coef  # this step's beta and epsilon: the controllers move after UPDATE
+            state.clip_eps = ctl.clip.eps if ctl.clip else live.clip_eps
+            self.nonfinite_total += compute_advantages(
+                state, reward_scale=live.reward_scale, reward_clip=self.cfg.reward.clip,
+                normalizers=self.normalizers, algo=self.cfg.algo, ppo=self.cfg.ppo,
+                group_size=self.n_samples(state.step))
 
     def update(self, state: StepState) -> None:
         """Minibatches x epochs, then the adaptive KL and clip controllers move for the next step."""
@@ -221,16 +220,16 @@ class Trainer:
                 state, live, live.temperature,
                 on_epoch=lambda e, n: self.telemetry.phase(state.step, "UPDATE", "running", progress=e / n))
             kl_mean = float(state.token_kl.sum(-1).mean())
-            self.c.kl_ctl.update(kl_mean, state.size)
-            if self.c.clip_ctl is not None:
-                self.c.clip_ctl.update(state.update_stats.get("policy/entropy", math.nan))
+            self.controllers.kl.update(kl_mean, state.size)
+            if self.controllers.clip is not None:
+                self.controllers.clip.update(state.update_stats.get("policy/entropy", math.nan))
 
     def evaluate(self, step: int) -> None:
         """Validation prompts, fixed sampling seed; logged at ``step`` and shown to the observers."""
-        if not self.c.eval_items or self.cfg.eval.every <= 0:
+        if not self.prompts.eval_items or self.cfg.eval.every <= 0:
             return
         with self.clock.phase("EVAL", step):
-            metrics = self.evaluator.run(self.c.actor, step, self.live.params.max_new_tokens)
+            metrics = self.evaluator.run(self.models.actor, step, self.live.params.max_new_tokens)
             self.telemetry.log(step, metrics)
         self._eval_pending = metrics
         if step == 0:  # no DIAGNOSE before the first step: show the baseline to the observers here
@@ -283,7 +282,7 @@ class Trainer:
     def checkpoint(self, step: int, reason: str) -> str:
         with self.clock.phase("CHECKPOINT", step):
             path = checkpoint_dir(self.cfg.checkpoint.dir, self.telemetry.run_id, step)
-            save_checkpoint(path, actor=self.c.actor, tokenizer=self.c.tokenizer, critic=self.c.critic,
+            save_checkpoint(path, actor=self.models.actor, tokenizer=self.models.tokenizer, critic=self.models.critic,
                             state=self.state_dict(), reason=reason)
             if reason == "periodic":
                 prune(path.parent, self.cfg.checkpoint.keep)
@@ -360,7 +359,7 @@ class Trainer:
                     run_id=run_id, resume=resume, token_arrays=policy)
 
     def _step_metrics(self, state: StepState) -> dict[str, float]:
-        live, c = self.live.params, self.c
+        live = self.live.params
         stats = dict(state.update_stats)
         skipped = int(stats.pop("update/skipped/actor", 0) + stats.pop("update/skipped/critic", 0))
         state.update_stats["skipped"] = skipped
@@ -377,7 +376,8 @@ class Trainer:
         critic_lr = self.updater.critic_opt.lr if self.updater.critic_opt else None
         metrics.update(sm.live_metrics(live, kl_coef=state.kl_coef, clip_eps=state.clip_eps,
                                        actor_lr=self.updater.actor_opt.lr, critic_lr=critic_lr,
-                                       has_critic=c.critic is not None, adaptive_kl=self.cfg.kl.adaptive))
+                                       has_critic=self.models.critic is not None,
+                                       adaptive_kl=self.cfg.kl.adaptive))
         wall = time.perf_counter() - self._step_started
         generated = int(state.mask.sum())
         tokens = generated * (1 + live.ppo_epochs)  # generated once, trained ppo_epochs times
@@ -439,12 +439,13 @@ class Trainer:
     def _apply_live(self, item: PendingChange, step: int) -> None:
         before = self.live.params
         after = before.replaced(item.changes)
+        ctl = self.controllers
         if "kl_coef" in item.changes:
-            self.c.kl_ctl.coef = after.kl_coef
+            ctl.kl.coef = after.kl_coef
         if "kl_target" in item.changes and self.cfg.kl.adaptive:
-            self.c.kl_ctl.target = after.kl_target
-        if "clip_eps" in item.changes and self.c.clip_ctl is not None:
-            self.c.clip_ctl.base_eps = after.clip_eps
+            ctl.kl.target = after.kl_target
+        if "clip_eps" in item.changes and ctl.clip is not None:
+            ctl.clip.base_eps = after.clip_eps
         self.live.set_params(after)
         keys = sorted(item.changes)
         payload = {"request_id": item.request_id, "step": step, "reason": item.reason, "requested_by": item.requested_by,

@@ -1,26 +1,19 @@
-"""ADVANTAGE-phase helpers: token rewards, running normalisers and the KL / clip controllers.
+"""The KL and clip controllers: what moves beta and epsilon between steps (end of UPDATE).
 
-- :func:`token_rewards` — -beta * KL on every response token plus the sequence reward on the last
-  one (seed 003 §3.3).
-- :class:`RunningMeanStd` — running reward normalisation (seed 000 §4.2, seed 002 §3.1).
-- :class:`ValueNormalizer` — critic targets in normalised units, predictions mapped back (seed 000
-  §3.2 / §4.2).
 - :class:`AdaptiveKLController` / :class:`FixedKLController` — Ziegler et al. 2019 (seed 002 §3.2,
   seed 004 §3.3: the KL coefficient follows the measured KL).
 - :class:`AdaptiveClipEps` — clip epsilon from the entropy slope (seed 000 §3.2).
 
-Controllers and normalisers keep plain-float state (``state_dict`` / ``load_state_dict``) so a
-checkpoint resumes them exactly; their knobs are settable at run time (live parameters) and
-validated on every set.
+They keep plain-float state (``state_dict`` / ``load_state_dict``) so a checkpoint resumes them
+exactly; their knobs are settable at run time (live parameters) and validated on every set.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 from rlcockpit.errors import ConfigError
 
@@ -32,116 +25,6 @@ def _require(ok: bool, key: str, value: Any, how: str) -> None:
 
 def _finite_positive(value: float) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-
-
-def token_rewards(
-    seq_rewards: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float
-) -> torch.Tensor:
-    """Per-token reward ``[B, T]``: -kl_coef * kl on valid tokens, plus ``seq_rewards[b]`` on the
-    last valid token of row b (seed 003 §3.3: the reward model scores the whole response, the KL
-    penalty is paid per token). Padding is 0; a row without valid tokens gets nothing."""
-    valid = mask != 0
-    out = torch.where(valid, -kl_coef * kl, torch.zeros_like(kl))
-    seq = torch.as_tensor(seq_rewards, dtype=out.dtype, device=out.device).reshape(-1)
-    if seq.numel() != out.shape[0]:
-        raise ValueError(f"token_rewards: {seq.numel()} sequence rewards for {out.shape[0]} rows")
-    positions = torch.arange(out.shape[1], device=out.device).expand_as(out)
-    last = torch.where(valid, positions, torch.full_like(positions, -1)).amax(dim=1)
-    rows = torch.nonzero(last >= 0).squeeze(-1)
-    out[rows, last[rows]] += seq[rows]
-    return out
-
-
-def _finite_values(x: Any, mask: Any = None) -> torch.Tensor:
-    t = torch.as_tensor(x).detach().to(torch.float64).reshape(-1)
-    keep = torch.isfinite(t)
-    if mask is not None:
-        keep &= torch.as_tensor(mask).reshape(-1).to(t.device) != 0
-    return t[keep]
-
-
-class RunningMeanStd:
-    """Mean and (population) variance of every value seen so far, merged batch by batch.
-
-    Chan et al. (1979) parallel update, so the result equals the statistics of all batches
-    concatenated. Non-finite values are ignored (fail soft: one NaN reward must not poison the
-    normaliser). ``normalize`` maps r -> (r - mu) / (sigma + 1e-8) (seed 000 §4.2).
-    """
-
-    EPS = 1e-8
-
-    def __init__(self) -> None:
-        self.mean = 0.0
-        self.var = 1.0
-        self.count = 0.0
-
-    @property
-    def std(self) -> float:
-        return math.sqrt(self.var)
-
-    def update(self, x: Any, mask: Any = None) -> None:
-        values = _finite_values(x, mask)
-        if values.numel() == 0:
-            return
-        self.update_from_moments(
-            float(values.mean()), float(values.var(unbiased=False)), float(values.numel())
-        )
-
-    def update_from_moments(self, batch_mean: float, batch_var: float, batch_count: float) -> None:
-        if self.count == 0:
-            self.mean, self.var, self.count = batch_mean, batch_var, batch_count
-            return
-        total = self.count + batch_count
-        delta = batch_mean - self.mean
-        m2 = self.var * self.count + batch_var * batch_count
-        m2 += delta * delta * self.count * batch_count / total
-        self.mean += delta * batch_count / total
-        self.var = m2 / total
-        self.count = total
-
-    def normalize(self, x: torch.Tensor, clip: float | None = None) -> torch.Tensor:
-        out = (x - self.mean) / (self.std + self.EPS)
-        return out if clip is None else out.clamp(-clip, clip)
-
-    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
-        """Exact inverse of :meth:`normalize` (without clipping)."""
-        return x * (self.std + self.EPS) + self.mean
-
-    def state_dict(self) -> dict[str, float]:
-        return {"mean": float(self.mean), "var": float(self.var), "count": float(self.count)}
-
-    def load_state_dict(self, state: Mapping[str, float]) -> None:
-        self.mean = float(state["mean"])
-        self.var = float(state["var"])
-        self.count = float(state["count"])
-
-
-class ValueNormalizer:
-    """Critic output normalisation (seed 000 §3.2 / §4.2).
-
-    The critic learns returns in normalised units: ``update(returns, mask)`` then
-    ``normalize(returns)`` gives its targets; ``denormalize(v_pred)`` maps its predictions back
-    (v = v_pred * sigma + mu) before GAE. This cuts the critic's dependence on the absolute reward
-    scale, which drifts as the policy improves.
-    """
-
-    def __init__(self) -> None:
-        self.stats = RunningMeanStd()
-
-    def update(self, returns: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        self.stats.update(returns, mask)
-
-    def normalize(self, returns: torch.Tensor) -> torch.Tensor:
-        return self.stats.normalize(returns)
-
-    def denormalize(self, values: torch.Tensor) -> torch.Tensor:
-        return self.stats.denormalize(values)
-
-    def state_dict(self) -> dict[str, float]:
-        return self.stats.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, float]) -> None:
-        self.stats.load_state_dict(state)
 
 
 class FixedKLController:
@@ -286,7 +169,12 @@ class AdaptiveClipEps:
         self.eps = float(state["eps"])
 
 
-__all__ = [
-    "AdaptiveClipEps", "AdaptiveKLController", "FixedKLController", "RunningMeanStd",
-    "ValueNormalizer", "token_rewards",
-]
+@dataclass
+class Controllers:
+    """The run's adaptive coefficients: beta (``kl``) and epsilon (``clip``, None = the live ``clip_eps``)."""
+
+    kl: FixedKLController
+    clip: AdaptiveClipEps | None
+
+
+__all__ = ["AdaptiveClipEps", "AdaptiveKLController", "Controllers", "FixedKLController"]
