@@ -88,7 +88,7 @@ def test_a_resolved_finding_with_nan_evidence_stays_json_safe():
     findings = feed(engine, rows)
     assert [(f.status, f.evidence["key"]) for f in findings] == [
         ("raised", "divergence"), ("resolved", "divergence")]
-    assert all(f.evidence["value_loss"] == "nan" for f in findings)
+    assert all(f.evidence["value_loss"] == "NaN" for f in findings)
     assert group(findings)[0].resolved
 
 

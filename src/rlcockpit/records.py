@@ -3,6 +3,15 @@
 These are the nouns of DESIGN.md §5: a run, a metric point, a histogram, a sample, an event, a
 finding, a phase record, a checkpoint record. The store maps them to rows; the telemetry SDK
 builds them; the server serialises them with :func:`to_dict`.
+
+Non-finite numbers in JSON. JSON has no NaN or infinity (Python's ``json`` writes bare ``NaN`` /
+``Infinity`` tokens that strict parsers reject). rlcockpit writes a non-finite float that JSON
+must keep as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` — the protobuf JSON mapping
+for float fields — so the text stays strict JSON and still says which it was (a NaN detector needs
+the difference): :func:`encode_value` writes it (findings' evidence, export files, refused ticket
+values), :func:`decode_float` reads it back (and Python's bare tokens, which other loggers write).
+A *typed number field* of the HTTP API or the control store (a curve's value, a sample's reward)
+is a number or ``null`` instead (:func:`json_safe`; docs/server.md): a chart has no point there.
 """
 
 from __future__ import annotations
@@ -178,8 +187,9 @@ def to_dict(record: Any) -> dict[str, Any]:
 
 
 def json_safe(v: Any) -> Any:
-    """Plain JSON data: NaN / ±inf become None (JSON has neither), mappings get string keys,
-    tuples become lists. The one converter of the store, the server and the records."""
+    """Plain JSON data for typed number fields: NaN / ±inf become None (JSON has neither),
+    mappings get string keys, tuples become lists. The API's and the control store's converter;
+    a value JSON must keep as it was goes through :func:`encode_value` first."""
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if isinstance(v, Mapping):
@@ -187,6 +197,36 @@ def json_safe(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [json_safe(x) for x in v]
     return v
+
+
+NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def encode_value(value: Any) -> Any:
+    """A strict-JSON copy of ``value``: non-finite floats as ``"NaN"`` / ``"Infinity"`` /
+    ``"-Infinity"``, mappings with string keys, tuples as lists."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): encode_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode_value(v) for v in value]
+    return value
+
+
+def decode_float(value: Any) -> float | None:
+    """A float from a JSON value: numbers, booleans (0/1) and the non-finite strings; else None."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return NONFINITE.get(value)
+    return None
 
 
 def state_digest(record: Any) -> str:

@@ -17,7 +17,7 @@ from rlcockpit.control.params import check_value, resolve_name
 from rlcockpit.control.refusals import RefusalLog
 from rlcockpit.control.users import Principal
 from rlcockpit.errors import RlcockpitError
-from rlcockpit.records import AuditEntry, TicketRecord
+from rlcockpit.records import AuditEntry, TicketRecord, encode_value
 from rlcockpit.store.base import ControlStore, StoreReader
 
 COMMANDS = ("pause", "resume", "stop", "checkpoint", "rollback")
@@ -215,11 +215,10 @@ def _entry(actor: str, action: str, run_id: str, details: Mapping[str, Any]) -> 
 
 
 def _shown(value: Any) -> Any:
-    """A JSON-safe picture of an attempted value (NaN and non-JSON types as text)."""
-    if isinstance(value, (bool, int, str)) or value is None:
-        return value
-    if isinstance(value, float):
-        return value if value == value and abs(value) != float("inf") else str(value)
+    """A JSON-safe picture of an attempted value (NaN / ±inf as records.encode_value spells them,
+    non-JSON types as text)."""
+    if isinstance(value, (bool, int, str, float)) or value is None:
+        return encode_value(value)
     if isinstance(value, Mapping):
         return {str(k): _shown(v) for k, v in value.items()}
     return repr(value)

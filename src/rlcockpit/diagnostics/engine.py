@@ -18,7 +18,6 @@ skipped from then on; it never stops training.
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from typing import Any
 
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView, int_or, severity_rank
 from rlcockpit.diagnostics.config import DiagnosticsConfig
-from rlcockpit.records import FindingRecord, SampleRecord
+from rlcockpit.records import FindingRecord, SampleRecord, encode_value
 
 log = logging.getLogger("rlcockpit.diagnostics")
 CHANGES_KEPT = 256  # noted changes remembered (a ramp changes a parameter every step)
@@ -291,12 +290,12 @@ def _as_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _json_safe(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)  # "nan" / "inf": JSON has no NaN, and the evidence must still say it
+    """Evidence as strict JSON: numpy scalars as numbers, NaN / ±inf as "NaN" / "Infinity" /
+    "-Infinity" (records.encode_value: the evidence must still say it)."""
     if isinstance(v, Mapping):
         return {str(k): _json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_json_safe(x) for x in v]
     if hasattr(v, "item") and callable(v.item):  # numpy scalars
         return _json_safe(v.item())
-    return v
+    return encode_value(v)

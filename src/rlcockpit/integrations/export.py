@@ -2,7 +2,7 @@
 
 Reads only through the :class:`StoreReader` protocol. The file layouts are described in
 :mod:`rlcockpit.integrations.records_io`; non-finite numbers in JSON follow
-:mod:`rlcockpit.integrations.jsoncodec`. Metrics and samples exports can be imported back
+:mod:`rlcockpit.records`. Metrics and samples exports can be imported back
 (``rlcockpit import --format rlcockpit``), which is how a run moves between stores.
 """
 
@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rlcockpit.errors import ConfigError
-from rlcockpit.integrations import jsoncodec
-from rlcockpit.integrations.records_io import json_text, parquet_schema, sample_row
+from rlcockpit.integrations.records_io import json_line, json_text, parquet_schema, sample_row
 from rlcockpit.records import EventRecord, FindingRecord, SampleRecord
 from rlcockpit.store.base import SampleQuery, StoreReader
 
@@ -93,7 +92,7 @@ def _check(what: str, fmt: str, out: str | Path | None) -> None:
 def write_jsonl(rows: Iterator[dict[str, Any]], stream: IO[str]) -> int:
     count = 0
     for row in rows:
-        stream.write(jsoncodec.dumps(row) + "\n")
+        stream.write(json_line(row) + "\n")
         count += 1
     return count
 

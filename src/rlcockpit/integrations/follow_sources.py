@@ -37,9 +37,8 @@ from rlcockpit.integrations.importers._base import (
     fail,
     prompt_id,
 )
-from rlcockpit.integrations.jsoncodec import decode_float
 from rlcockpit.integrations.tail import LineTail, RecordTail
-from rlcockpit.records import SampleRecord
+from rlcockpit.records import SampleRecord, decode_float
 
 log = logging.getLogger("rlcockpit.integrations.follow")
 KEPT_NUMBERING_STEPS = 16  # sample numbering kept for the newest steps only (a step's rollout is recent)

@@ -1,6 +1,6 @@
 """The file layout of rlcockpit's own exports, shared by :mod:`.export` and the ``rlcockpit`` importer.
 
-JSON Lines (strict JSON, non-finite numbers as strings, see :mod:`.jsoncodec`):
+JSON Lines (strict JSON, non-finite numbers as strings, see :mod:`rlcockpit.records`):
 
 * metrics  — one line per step, ascending: ``{"step": N, "metrics": {catalog name: value}}``;
 * samples  — one line per sample with every :class:`SampleRecord` field (token arrays as lists or
@@ -19,8 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from rlcockpit.integrations.jsoncodec import encode_value
-from rlcockpit.records import SampleRecord
+from rlcockpit.records import SampleRecord, encode_value
 
 FORMAT_VERSION = "1"
 KIND_KEY = b"rlcockpit.kind"
@@ -72,6 +71,11 @@ def sample_row(sample: SampleRecord) -> dict[str, Any]:
             value = dict(value)
         row[name] = value
     return row
+
+
+def json_line(value: Any) -> str:
+    """One JSON Lines row: strict JSON (``allow_nan=False`` proves no bare NaN slipped through)."""
+    return json.dumps(encode_value(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def json_text(value: Any) -> str:

@@ -19,8 +19,7 @@ from typing import Any
 
 from rlcockpit.errors import ImportFormatError
 from rlcockpit.integrations.aliases import UNKNOWN_SOURCE, detect_source, rename_keys
-from rlcockpit.integrations.jsoncodec import decode_float
-from rlcockpit.records import MetricPoint, SampleRecord
+from rlcockpit.records import MetricPoint, SampleRecord, decode_float
 
 
 def fail(path: Path | str, where: str, problem: str, fix: str) -> ImportFormatError:

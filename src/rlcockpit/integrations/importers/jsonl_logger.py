@@ -9,7 +9,7 @@ Shapes read (one per line of a JSON Lines file, mixed freely):
   (``openrlhf/trainer/ppo_trainer.py`` logs ``{"train/<k>": v, "train/global_step": step}``).
 
 Values may be numbers, booleans (0/1) or the non-finite strings of
-:mod:`rlcockpit.integrations.jsoncodec` (Python's bare ``NaN``/``Infinity`` tokens are read too).
+:mod:`rlcockpit.records` (Python's bare ``NaN``/``Infinity`` tokens are read too).
 Nested dicts are flattened with ``/``; any other value (text, lists) is skipped and counted. The
 same step may appear on several lines (verl logs validation metrics separately); a repeated key
 keeps its last value.
@@ -38,7 +38,7 @@ from rlcockpit.integrations.importers._base import (
     first_object,
     iter_jsonl,
 )
-from rlcockpit.integrations.jsoncodec import decode_float
+from rlcockpit.records import decode_float
 
 FORMAT = "jsonl-logger"
 STEP_KEYS = ("step", "global_step", "_step", "train/global_step")

@@ -2,7 +2,7 @@
 
 This is what makes ``export`` -> ``import`` a round trip: the names are already catalog names (or
 earlier ``import/...`` names) and are kept verbatim; NaN and +/-inf come back as they left (see
-:mod:`rlcockpit.integrations.jsoncodec`). Findings and events exports are for reading elsewhere;
+:mod:`rlcockpit.records`). Findings and events exports are for reading elsewhere;
 they are not imported.
 """
 

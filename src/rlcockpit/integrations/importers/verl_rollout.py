@@ -29,8 +29,7 @@ from rlcockpit.integrations.importers._base import (
     iter_jsonl,
     prompt_id,
 )
-from rlcockpit.integrations.jsoncodec import decode_float
-from rlcockpit.records import SampleRecord
+from rlcockpit.records import SampleRecord, decode_float
 
 FORMAT = "verl-rollout"
 REQUIRED = ("input", "output", "score")
