@@ -7,14 +7,14 @@ from pathlib import Path
 
 from rlcockpit.control import COMMANDS
 from rlcockpit.control.config import ControlConfig
-from rlcockpit.server.routes_control import router
+from rlcockpit.server.routes import CONTROL_ROUTERS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "control.md").read_text(encoding="utf-8")
 
 
 def test_every_control_route_is_documented_with_its_method():
-    for route in router.routes:
+    for route in (route for router in CONTROL_ROUTERS for route in router.routes):
         for method in route.methods:
             assert f"`{method} {route.path}`" in DOC, f"{method} {route.path} missing from docs/control.md"
 

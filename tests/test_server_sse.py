@@ -17,7 +17,7 @@ import rlcockpit
 from rlcockpit.errors import ConfigError
 from rlcockpit.server.app import create_app
 from rlcockpit.server.cursor import Cursor, decode, encode
-from rlcockpit.server.routes.live import THREAD_PREFIX
+from rlcockpit.server.routes.stream import THREAD_PREFIX
 from rlcockpit.server.settings import ServerSettings
 from server_testkit import ServerThread
 

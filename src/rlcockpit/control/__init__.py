@@ -3,7 +3,7 @@ hash-chained audit log, and the effect measurement of applied changes. See docs/
 
 Layering: this package sees only :mod:`rlcockpit.records`, :mod:`rlcockpit.errors`,
 :mod:`rlcockpit.config` and the store protocols; the trainer (``trainer/control_link.py``) and the
-server (``server/routes_control.py``) import it, never the other way round.
+server (``server/routes/tickets.py`` and its siblings) import it, never the other way round.
 """
 
 from __future__ import annotations

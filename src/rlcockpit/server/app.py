@@ -1,8 +1,8 @@
 """``create_app``: the FastAPI application (DESIGN.md §8, the contract in docs/server.md).
 
-Routes are plain ``def`` (SQLite blocks; FastAPI runs them on its thread pool), grouped by topic
-in ``routes/``. The control plane (issue 6) plugs in through ``access`` (checked by every read
-route, see deps.py) and ``control`` (its routers are included when given).
+Routes are plain ``def`` (SQLite blocks; FastAPI runs them on its thread pool), one module per
+resource group in ``routes/``. The control plane (issue 6) plugs in through ``access`` (the role
+check of every route, see deps.py) and ``control`` (its routers are included when given).
 """
 
 from __future__ import annotations
@@ -19,25 +19,25 @@ from fastapi.staticfiles import StaticFiles
 from rlcockpit._version import __version__
 from rlcockpit.errors import ConfigError
 from rlcockpit.server import handlers, workers
+from rlcockpit.server.auth import Access
 from rlcockpit.server.deps import Reader, require_viewer
 from rlcockpit.server.guard import Guard
 from rlcockpit.server.responses import json_response
-from rlcockpit.server.routes import cost, diagnostics, layouts, library, live, runs, samples
+from rlcockpit.server.routes import CONTROL_ROUTERS, READ_ROUTERS
 from rlcockpit.server.settings import ServerSettings
-from rlcockpit.server.stream import SharedReads
+from rlcockpit.server.tail import SharedReads
 
 BUNDLED_STATIC = Path(__file__).parent / "static"
 MetricsHook = Callable[[Any], tuple[bytes, str]]
-READ_ROUTERS = (runs.router, samples.router, diagnostics.router, library.router, live.router,
-                cost.router, layouts.router)
+__all__ = ["CONTROL_ROUTERS", "READ_ROUTERS", "create_app"]
 
 
 def create_app(settings: ServerSettings, store: Any = None, *, access: Any = None,
                control: Any = None, metrics: MetricsHook | None = None) -> FastAPI:
     """Build the app. ``store`` is an opened store (``open_store``); when None it is opened from
     ``settings.store`` (fails fast if the file is missing). ``access`` checks roles on every read
-    route (None: no users, everyone reads); ``control`` is the control plane, whose routers the
-    control helper includes here. ``metrics`` serves ``GET /metrics`` (the cli passes the
+    route (None: no users, everyone reads; with ``control`` it defaults to the plane's own checks);
+    ``control`` is the control plane, whose routers are included when given. ``metrics`` serves ``GET /metrics`` (the cli passes the
     Prometheus exporter of rlcockpit.integrations: ``metrics(reader) -> (body, content type)``)."""
     if not settings.is_loopback and access is None and control is None:
         raise ConfigError(f"host {settings.host} would expose the cockpit without access checks; pass "
@@ -48,6 +48,8 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
 
         store = open_store(settings.store, create=False)
     reader = store.reader()
+    if control is not None and access is None:
+        access = Access(control, network_bound=not settings.is_loopback)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -70,12 +72,8 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
     app.state.streams = workers.StreamSlots(settings.max_streams)
     app.state.stream_reads = SharedReads(reader, ttl_s=settings.sse_poll_s)
     handlers.install(app)
-    for router in READ_ROUTERS:
+    for router in READ_ROUTERS + (CONTROL_ROUTERS if control is not None else ()):
         app.include_router(router)
-    if control is not None:
-        from rlcockpit.server import routes_control
-
-        routes_control.include(app)
     if metrics is not None:
         mount_metrics(app, metrics)
     mount_ui(app, Path(settings.static_dir) if settings.static_dir else BUNDLED_STATIC)

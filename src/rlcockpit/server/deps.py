@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from rlcockpit.control import Principal
+from rlcockpit.control import ControlPlane, Principal
 from rlcockpit.control.errors import AuthError
 from rlcockpit.server.auth import ANONYMOUS
 from rlcockpit.server.settings import ServerSettings
@@ -85,6 +85,11 @@ class TimedReader:
         return deadline(self._at - time.monotonic(), limit_s=self._limit_s)
 
 
+def get_plane(request: Request) -> ControlPlane:
+    """The control plane (its routes are included only when ``create_app`` was given one)."""
+    return request.app.state.control
+
+
 def get_reader(request: Request) -> TimedReader:
     state = request.app.state
     return TimedReader(state.reader, state.settings.query_timeout_s, state.settings.worker_nice)
@@ -92,6 +97,7 @@ def get_reader(request: Request) -> TimedReader:
 
 Reader = Annotated[TimedReader, Depends(get_reader)]
 Settings = Annotated[ServerSettings, Depends(get_settings)]
+Plane = Annotated[ControlPlane, Depends(get_plane)]
 Viewer = Annotated[Principal, Depends(require_viewer)]
 Operator = Annotated[Principal, Depends(require_role("operator"))]
 Approver = Annotated[Principal, Depends(require_role("approver"))]

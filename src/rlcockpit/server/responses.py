@@ -61,6 +61,7 @@ WHY = {400: "the Host header is not an allowed name (host_not_allowed)",
        503: "unavailable (the failure library is missing, or max_streams streams are open)",
        504: "the request's store reads ran past query_timeout_s"}
 READ_ERRORS = (400, 401, 403, 404, 413, 422, 504)
+CONTROL_ERRORS = (400, 401, 403, 404, 409, 413, 422)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -1,1 +1,29 @@
-"""The read API's routers, one module per topic (api.md)."""
+"""Every route of the API, one module per resource group (docs/server.md, docs/control.md).
+
+Read routes (any viewer; always served): ``runs`` (runs, series, latest, histograms, categories,
+compare, health), ``samples``, ``diagnostics`` (findings, incidents, snapshots, phases, events,
+checkpoints), ``library``, ``cost``, ``layouts`` and ``stream`` (the live tail as server-sent
+events). Control routes (served when ``create_app`` is given a control plane): ``tickets``
+(tickets and commands), ``params`` (a run's live parameters), ``audit`` (the audit log and
+``/api/me``) and ``review`` (the review queue).
+"""
+
+from __future__ import annotations
+
+from rlcockpit.server.routes import (
+    audit,
+    cost,
+    diagnostics,
+    layouts,
+    library,
+    params,
+    review,
+    runs,
+    samples,
+    stream,
+    tickets,
+)
+
+READ_ROUTERS = (runs.router, samples.router, diagnostics.router, library.router, stream.router,
+                cost.router, layouts.router)
+CONTROL_ROUTERS = (tickets.router, params.router, audit.router, review.router)

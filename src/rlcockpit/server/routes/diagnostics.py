@@ -10,7 +10,7 @@ from rlcockpit.diagnostics.incidents import Incident, group
 from rlcockpit.records import SEVERITIES, PhaseRecord, SnapshotRecord, to_dict
 from rlcockpit.server.deps import Reader, require_viewer
 from rlcockpit.server.errors import ParameterError
-from rlcockpit.server.params import I64_MAX, I64_MIN, csv, csv_of
+from rlcockpit.server.query import I64_MAX, I64_MIN, csv, csv_of
 from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
 
 router = APIRouter(prefix="/api/runs/{run}", tags=["diagnostics"],

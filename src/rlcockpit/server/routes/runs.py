@@ -10,7 +10,7 @@ from rlcockpit._version import __version__
 from rlcockpit.records import to_dict
 from rlcockpit.server.deps import Reader, Settings, require_viewer
 from rlcockpit.server.errors import ParameterError
-from rlcockpit.server.params import (
+from rlcockpit.server.query import (
     I64_MAX,
     I64_MIN,
     check_cap,

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Path, Query
 
 from rlcockpit.server.deps import Reader, require_viewer
-from rlcockpit.server.params import I64_MAX, I64_MIN, check_range, csv
+from rlcockpit.server.query import I64_MAX, I64_MIN, check_range, csv
 from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
 from rlcockpit.server.serialize import sample_dict
 from rlcockpit.store.base import SAMPLE_HISTOGRAM_FIELDS, SampleQuery

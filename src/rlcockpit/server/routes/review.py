@@ -6,23 +6,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Path, Query
 
-from rlcockpit.control import ControlPlane
 from rlcockpit.control.errors import TicketError
 from rlcockpit.control.review import LABELS, ReviewQueue, label_dict
-from rlcockpit.server.deps import Operator, Viewer
-from rlcockpit.server.params import I64_MAX, I64_MIN
-from rlcockpit.server.responses import SafeJSONResponse, error_responses, json_response
+from rlcockpit.server.deps import Operator, Plane, Viewer
+from rlcockpit.server.query import I64_MAX, I64_MIN
+from rlcockpit.server.responses import (
+    CONTROL_ERRORS,
+    SafeJSONResponse,
+    error_responses,
+    json_response,
+)
 from rlcockpit.server.serialize import sample_dict
 
 router = APIRouter(prefix="/api/runs/{run}/review", tags=["review"],
                    default_response_class=SafeJSONResponse,
-                   responses=error_responses(400, 401, 403, 404, 409, 413, 422))
+                   responses=error_responses(*CONTROL_ERRORS))
 
 
-def _queue(request: Request) -> ReviewQueue:
-    plane: ControlPlane = request.app.state.control
+def _queue(plane: Plane) -> ReviewQueue:
     return ReviewQueue(plane.store, plane.runs)
 
 

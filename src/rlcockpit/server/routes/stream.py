@@ -1,7 +1,7 @@
 """``GET /api/runs/{run}/stream``: the live tail of a run as server-sent events.
 
 Each stream polls on its own single thread (niced, see workers.py) every ``sse_poll_s`` through
-the app's shared reads (:class:`~rlcockpit.server.stream.SharedReads`: streams at the same cursor
+the app's shared reads (:class:`~rlcockpit.server.tail.SharedReads`: streams at the same cursor
 share one answer), and sends a keep-alive comment after ``keepalive_s`` of silence. At most
 ``max_streams`` are open at once. When the client goes away the generator is cancelled; its
 ``finally`` lets the thread end, and the reader closes that thread's SQLite connection once it
@@ -23,13 +23,13 @@ from starlette.concurrency import run_in_threadpool
 from rlcockpit.errors import RlcockpitError
 from rlcockpit.server.cursor import Cursor, decode
 from rlcockpit.server.deps import require_viewer
-from rlcockpit.server.params import I64_MAX, I64_MIN
+from rlcockpit.server.query import I64_MAX, I64_MIN
 from rlcockpit.server.responses import READ_ERRORS, error_responses
 from rlcockpit.server.settings import ServerSettings
-from rlcockpit.server.stream import Tail, keepalive, message
+from rlcockpit.server.tail import Tail, keepalive, message
 from rlcockpit.server.workers import nice_this_thread
 
-router = APIRouter(prefix="/api/runs/{run}", tags=["live"], dependencies=[Depends(require_viewer)],
+router = APIRouter(prefix="/api/runs/{run}", tags=["stream"], dependencies=[Depends(require_viewer)],
                    responses=error_responses(*READ_ERRORS, 503))
 THREAD_PREFIX = "rlcockpit-sse"
 RETRY_MS = 2000

@@ -1,7 +1,9 @@
-"""One poll of the live tail: what a run wrote after a cursor, as server-sent-event messages.
+"""The live tail: what a run wrote after a cursor, as server-sent-event messages.
 
-Pure of the web framework: :class:`Tail` reads through a store reader and returns the messages
-and the advanced cursor; ``routes/live.py`` drives it on its own thread every ``sse_poll_s``.
+Pure of the web framework: :class:`Tail` reads through a store reader (its ``TailReader`` role)
+and returns the messages and the advanced cursor; the stream route (``routes/stream.py``) drives
+it on its own thread every ``sse_poll_s``. "Live parameters" (``GET /api/runs/{run}/live``) are
+another thing: ``routes/params.py``.
 """
 
 from __future__ import annotations

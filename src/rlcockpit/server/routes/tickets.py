@@ -1,32 +1,33 @@
-"""The control API (docs/control.md): tickets, commands, live parameters, audit log, who am I.
+"""Tickets and commands (docs/control.md): request a live-parameter change, list and read
+tickets, approve / reject / cancel one, and send a command (pause, resume, stop, checkpoint,
+rollback).
 
-Thin routes: the role check (:class:`rlcockpit.server.auth.Access`), then one call into
-:mod:`rlcockpit.control`. Errors use the canonical shape of every other route; refusals are
-audited by the control plane before the error is answered.
+Thin routes: the role check (deps.py), then one call into :mod:`rlcockpit.control`. Errors use
+the canonical shape of every other route; refusals are audited by the control plane before the
+error is answered.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
+from fastapi import APIRouter, Body, Path, Query
 
-from rlcockpit.control import COMMANDS, ControlPlane
+from rlcockpit.control import COMMANDS
 from rlcockpit.control.errors import TicketError
 from rlcockpit.records import TICKET_STATUSES, to_dict
-from rlcockpit.server.deps import Approver, Operator, Viewer
-from rlcockpit.server.params import I64_MAX, I64_MIN, csv, csv_of
-from rlcockpit.server.responses import SafeJSONResponse, error_responses, json_response
+from rlcockpit.server.deps import Approver, Operator, Plane, Viewer
+from rlcockpit.server.query import I64_MAX, I64_MIN, csv, csv_of
+from rlcockpit.server.responses import (
+    CONTROL_ERRORS,
+    SafeJSONResponse,
+    error_responses,
+    json_response,
+)
 
 router = APIRouter(prefix="/api", tags=["control"], default_response_class=SafeJSONResponse,
-                   responses=error_responses(400, 401, 403, 404, 409, 413, 422))
+                   responses=error_responses(*CONTROL_ERRORS))
 
-
-def _plane(request: Request) -> ControlPlane:
-    return request.app.state.control
-
-
-Plane = Annotated[ControlPlane, Depends(_plane)]
 JsonBody = Annotated[dict[str, Any] | None, Body()]
 TicketId = Annotated[int, Path(ge=I64_MIN, le=I64_MAX)]
 
@@ -112,45 +113,3 @@ def command(run: str, who: Operator, plane: Plane, payload: JsonBody = None) -> 
     if not isinstance(args, dict):
         raise TicketError("args must be a JSON object, e.g. {\"step\": 20}", details={"args": str(args)})
     return _ticket(plane.tickets.command(who, run, str(data["command"]), data.get("reason", ""), args), 201)
-
-
-@router.get("/runs/{run}/live", summary="Current live parameters (with type and range) and their history")
-def live(run: str, who: Viewer, plane: Plane,
-         limit: Annotated[int, Query(ge=1, le=10000)] = 200) -> SafeJSONResponse:
-    plane.runs.get_run(run)
-    history = plane.store.read_live_params(run, limit=limit)
-    current = to_dict(history[-1]) if history else None
-    return json_response({"current": current, "history": [to_dict(h) for h in history]})
-
-
-@router.get("/audit", summary="The audit log (append-only, hash-chained), oldest first")
-def audit(who: Viewer, plane: Plane, run: str | None = None,
-          after: Annotated[int, Query(ge=0, le=I64_MAX)] = 0, limit: Annotated[int, Query(ge=1, le=10000)] = 500,
-          check: Annotated[bool, Query(description="also verify the chain (incrementally: the entries "
-                                                   "since the last check; all of it every 5 minutes)")
-                           ] = False) -> SafeJSONResponse:
-    plane.refusals.flush()  # the counts of finished refusal windows, before reading
-    items = plane.store.read_audit(run_id=run, after_seq=after, limit=limit)
-    body: dict[str, Any] = {"items": [to_dict(e) for e in items]}
-    if check:
-        result = plane.chain.check()
-        body["verify"] = {"ok": result.ok, "entries": result.entries, "broken_seq": result.broken_seq,
-                          "message": result.message()}
-    return json_response(body)
-
-
-@router.get("/me", summary="Who the token belongs to, and whether the store has users")
-def me(who: Viewer, plane: Plane) -> SafeJSONResponse:
-    return json_response({"name": who.name, "role": who.role, "users_exist": plane.users.any_active()})
-
-
-def include(app: FastAPI) -> None:
-    """Add the control routes (``create_app`` calls this when it is given a control plane)."""
-    if app.state.access is None:
-        from rlcockpit.server.auth import Access
-
-        app.state.access = Access(app.state.control, network_bound=not app.state.settings.is_loopback)
-    app.include_router(router)
-    from rlcockpit.server import routes_review  # the review queue of needs_review samples
-
-    app.include_router(routes_review.router)

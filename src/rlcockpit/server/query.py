@@ -1,4 +1,6 @@
-"""Query-parameter helpers shared by the routes: comma lists, name wildcards, range checks."""
+"""Query-parameter helpers shared by the routes: comma lists, name wildcards, range checks.
+
+(Live parameters, the knobs a ticket changes, are :mod:`rlcockpit.control.params`.)"""
 
 from __future__ import annotations
 
