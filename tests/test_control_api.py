@@ -171,6 +171,22 @@ def test_missing_body_fields_are_a_canonical_422(world, http):
     assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_ticket"
 
 
+@pytest.mark.parametrize("status", ["bogus", "requested,bogus", "Requested"])
+def test_an_unknown_ticket_status_is_the_generic_invalid_parameter(world, http, status):
+    """A bad query parameter is 422 invalid_parameter naming it, as on every read route; invalid_ticket
+    is for a ticket's content (issue 18 item 4)."""
+    from rlcockpit.server.errors import ParameterError
+    from rlcockpit.server.query import choices
+
+    resp = http.get(f"/api/runs/{RUN}/tickets", params={"status": status}, headers=world.headers("vera"))
+    assert resp.status_code == 422, resp.text
+    err = resp.json()["error"]
+    assert (err["code"], err["details"]["parameter"]) == ("invalid_parameter", "status")
+    with pytest.raises(ParameterError) as caught:  # the route's own check, behind the schema's pattern
+        choices("status", status, ("requested", "approved"), "ticket status")
+    assert caught.value.details["parameter"] == "status"
+
+
 def test_cancel_only_by_requester_or_admin(world, http):
     tid = request(http, world).json()["ticket"]["ticket_id"]
     refused(world, http.post(f"/api/tickets/{tid}/cancel", json={}, headers=world.headers("otto")), 403,

@@ -27,6 +27,17 @@ def csv(value: str | None) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+def choices(name: str, value: str | None, allowed: tuple[str, ...], what: str) -> list[str]:
+    """The comma list ``value`` of ``allowed`` words (a route's ``Query(pattern=csv_of(allowed))``
+    refuses others first; this keeps the rule where the value is used); an unknown word is 422
+    ``invalid_parameter`` naming the parameter, like every other bad query parameter."""
+    items = csv(value)
+    bad = [item for item in items if item not in allowed]
+    if bad:
+        raise ParameterError(name, value, f"unknown {what} {bad[0]!r}; choose from {', '.join(allowed)}")
+    return items
+
+
 def expand_names(patterns: list[str], available: list[str], *, limit: int) -> list[str]:
     """Requested names in order, each ``*`` pattern (e.g. ``reward/category/*``) replaced by the
     run's matching names (sorted). A plain name is kept even when the run lacks it (its series

@@ -9,8 +9,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from rlcockpit.diagnostics.incidents import Incident, group
 from rlcockpit.records import SEVERITIES, PhaseRecord, SnapshotRecord, to_dict
 from rlcockpit.server.deps import Reader, require_viewer
-from rlcockpit.server.errors import ParameterError
-from rlcockpit.server.query import I64_MAX, I64_MIN, csv, csv_of
+from rlcockpit.server.query import I64_MAX, I64_MIN, choices, csv, csv_of
 from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
 
 router = APIRouter(prefix="/api/runs/{run}", tags=["diagnostics"],
@@ -29,7 +28,7 @@ def findings(run: str, reader: Reader,
                                                                  "red,black")] = None,
              incident: Annotated[str | None, Query(description="one incident's findings")] = None,
              ) -> SafeJSONResponse:
-    tiers = _severities(severities)
+    tiers = choices("severities", severities, SEVERITIES, "tier") or None
     found = reader.read_findings(run, step_min=step_min, severities=tiers, incident=incident)
     return json_response({"items": [to_dict(f) for f in found]})
 
@@ -91,15 +90,6 @@ def current_phase(records: list[PhaseRecord]) -> dict[str, Any] | None:
     progress = 1.0 if last.status == "finished" else (last.progress or 0.0)
     return {"phase": last.phase, "step": last.step, "status": last.status,
             "progress": progress, "started_at": started}
-
-
-def _severities(value: str | None) -> list[str] | None:
-    tiers = csv(value)
-    bad = [t for t in tiers if t not in SEVERITIES]
-    if bad:
-        raise ParameterError("severities", value, f"unknown tier {bad[0]!r}; choose from "
-                                                  f"{', '.join(SEVERITIES)}")
-    return tiers or None
 
 
 def _snapshot(s: SnapshotRecord) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from rlcockpit.control import COMMANDS
 from rlcockpit.control.errors import TicketError
 from rlcockpit.records import TICKET_STATUSES, to_dict
 from rlcockpit.server.deps import Approver, Operator, Plane, Viewer
-from rlcockpit.server.query import I64_MAX, I64_MIN, csv, csv_of
+from rlcockpit.server.query import I64_MAX, I64_MIN, choices, csv_of
 from rlcockpit.server.responses import (
     CONTROL_ERRORS,
     SafeJSONResponse,
@@ -75,11 +75,7 @@ def list_tickets(run: str, who: Viewer, plane: Plane,
                  status: Annotated[str | None, Query(pattern=csv_of(TICKET_STATUSES),
                                                      description="comma-separated statuses")] = None,
                  limit: Annotated[int, Query(ge=1, le=10000)] = 500) -> SafeJSONResponse:
-    statuses = csv(status)
-    unknown = sorted(set(statuses) - set(TICKET_STATUSES))
-    if unknown:
-        raise TicketError(f"unknown ticket status {unknown}; known: {', '.join(TICKET_STATUSES)}",
-                          details={"parameter": "status", "allowed": list(TICKET_STATUSES)})
+    statuses = choices("status", status, TICKET_STATUSES, "ticket status")
     plane.runs.get_run(run)  # 404 for an unknown run
     items = plane.store.list_tickets(run_id=run, statuses=statuses or None, limit=limit)
     return json_response({"items": [to_dict(t) for t in items]})
