@@ -192,9 +192,7 @@ def test_black_without_an_earlier_checkpoint_stops_and_says_why(tmp_path, model_
 
 
 def test_rollback_target_is_the_newest_healthy_checkpoint_before_the_incident(tmp_path):
-    from types import SimpleNamespace
-
-    from rlcockpit.trainer.diagnosis import checkpoint_before
+    from rlcockpit.trainer.checkpoint import checkpoint_before
 
     run_dir = tmp_path / "ckpt" / "run-1"
     for step, reason in ((2, "periodic"), (4, "on_demand"), (5, "incident"), (6, "periodic"), (8, "periodic")):
@@ -204,11 +202,10 @@ def test_rollback_target_is_the_newest_healthy_checkpoint_before_the_incident(tm
         if step != 8:  # step 8 is half-written: no trainer state
             (d / "trainer_state.pt").write_bytes(b"state")
     (run_dir / "step_0000009.tmp").mkdir()
-    trainer = SimpleNamespace(cfg=SimpleNamespace(checkpoint=SimpleNamespace(dir=str(tmp_path / "ckpt"))),
-                              telemetry=SimpleNamespace(run_id="run-1"))
-    assert checkpoint_before(trainer, 6).name == "step_0000004"  # 5 was taken because of an incident
-    assert checkpoint_before(trainer, 10).name == "step_0000006"  # 8 is incomplete
-    assert checkpoint_before(trainer, 2) is None
+    root = str(tmp_path / "ckpt")
+    assert checkpoint_before(root, "run-1", 6).name == "step_0000004"  # 5 was taken because of an incident
+    assert checkpoint_before(root, "run-1", 10).name == "step_0000006"  # 8 is incomplete
+    assert checkpoint_before(root, "run-1", 2) is None
 
 
 def test_rollback_without_stop_continues_training_from_the_healthy_checkpoint(tmp_path, model_dir):

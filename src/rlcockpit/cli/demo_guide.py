@@ -67,9 +67,7 @@ class IncidentGuide:
 
 def rollback_step(trainer: Any, first_step: int) -> int | None:
     """Step of the newest healthy checkpoint before the incident (what a rollback would load)."""
-    from rlcockpit.trainer.diagnosis import checkpoint_before
-
-    path = checkpoint_before(trainer, first_step)
+    path = trainer.checkpoint_before(first_step)
     return None if path is None else int(json.loads((path / "meta.json").read_text("utf-8"))["step"])
 
 

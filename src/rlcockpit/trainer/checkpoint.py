@@ -1,4 +1,9 @@
-"""Full-state checkpoints: a resumed run continues exactly where it stopped.
+"""Full-state checkpoints: save, restore (a resumed run, an in-process rollback) and the rollback target.
+
+A resumed run continues exactly where it stopped; a rollback loads a healthy checkpoint into the
+running trainer. What a checkpoint holds of the trainer is :class:`Checkpointed`;
+:func:`trainer_state` / :func:`restore_trainer_state` write and read it, :func:`restore` is the
+in-process rollback and :func:`checkpoint_before` picks its target.
 
 Layout of one checkpoint (``<checkpoint.dir>/<run_id>/step_<N>/``)::
 
@@ -17,14 +22,28 @@ go to a temporary directory that is renamed into place, so a crash never leaves 
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import torch
 
+from rlcockpit.config import to_dict
 from rlcockpit.errors import ConfigError
+from rlcockpit.trainer.live import LiveParams
+
+if TYPE_CHECKING:
+    from rlcockpit.rewards import RewardFunction
+    from rlcockpit.trainer.advantage import Normalizers
+    from rlcockpit.trainer.config import TrainConfig
+    from rlcockpit.trainer.control_link import ControlLink
+    from rlcockpit.trainer.controllers import Controllers
+    from rlcockpit.trainer.live import LiveControl
+    from rlcockpit.trainer.setup import Models, Prompts
+    from rlcockpit.trainer.update import Updater
 
 STATE_FILE = "trainer_state.pt"
 FORMAT = 1
@@ -50,9 +69,13 @@ def save_checkpoint(path: Path, *, actor: Any, tokenizer: Any, critic: torch.nn.
     if path.exists():
         shutil.rmtree(path)
     tmp.rename(path)
-    latest = path.parent.parent / "latest"
-    latest.write_text(str(path.resolve()), encoding="utf-8")
+    point_latest(path)
     return path
+
+
+def point_latest(path: Path) -> None:
+    """``<checkpoint.dir>/latest`` names ``path`` (what ``--resume latest`` loads)."""
+    (path.parent.parent / "latest").write_text(str(path.resolve()), encoding="utf-8")
 
 
 def prune(run_dir: Path, keep: int) -> list[Path]:
@@ -66,6 +89,23 @@ def prune(run_dir: Path, keep: int) -> list[Path]:
     for d in doomed:
         shutil.rmtree(d, ignore_errors=True)
     return doomed
+
+
+def checkpoint_before(root: str | Path, run_id: str, first_step: int) -> Path | None:
+    """The newest complete checkpoint of run ``run_id`` taken at a step < ``first_step`` (from disk, so
+    checkpoints of an earlier process of a resumed run count too). Checkpoints written *because of*
+    an incident (reason ``incident``) hold a state already judged unhealthy and are never chosen."""
+    best: tuple[int, Path] | None = None
+    for d in checkpoint_dir(root, run_id, 0).parent.glob("step_*"):
+        meta = _read_meta(d) or {}
+        try:
+            step = int(meta["step"])
+        except (TypeError, ValueError, KeyError):
+            continue  # a half-written or foreign directory is not a checkpoint
+        healthy = meta.get("reason") != "incident" and (d / STATE_FILE).is_file()
+        if healthy and step < first_step and (best is None or step > best[0]):
+            best = (step, d)
+    return best[1] if best else None
 
 
 def _read_meta(d: Path) -> dict[str, Any] | None:
@@ -109,3 +149,98 @@ def load_state(path: Path) -> dict[str, Any]:
 def checkpoint_config(path: str | Path) -> dict[str, Any]:
     """The run config stored in a checkpoint (the base of a resumed run's config)."""
     return dict(load_state(Path(path))["config"])
+
+
+# --------------------------------------------------------------------------- the trainer's state
+
+
+class Checkpointed(Protocol):
+    """What a checkpoint holds of a running trainer besides the actor's weights."""
+
+    cfg: TrainConfig
+    telemetry: Any  # the open run (its ``run_id``)
+    step: int
+    nonfinite_total: int
+    prev_kl_mean: float
+    last_checkpoint: str | None
+    live: LiveControl
+    models: Models
+    prompts: Prompts
+    reward_fn: RewardFunction
+    controllers: Controllers
+    normalizers: Normalizers
+    updater: Updater
+    control: ControlLink | None
+    rollout_gen: torch.Generator
+
+
+def trainer_state(t: Checkpointed) -> dict[str, Any]:
+    """The trainer's state for a checkpoint: step, optimizers, controllers, live parameters, data
+    cursor, control link, RNG streams and counters."""
+    u, ctl, norm = t.updater, t.controllers, t.normalizers
+    return {
+        "run_id": t.telemetry.run_id, "step": t.step, "config": to_dict(t.cfg),
+        "actor_optim": u.actor_opt.optimizer.state_dict(),
+        "critic_optim": u.critic_opt.optimizer.state_dict() if u.critic_opt else None,
+        "kl_controller": ctl.kl.state_dict(),
+        "clip_controller": ctl.clip.state_dict() if ctl.clip else None,
+        "reward_rms": norm.reward.state_dict() if norm.reward else None,
+        "value_norm": norm.value.state_dict() if norm.value else None,
+        "reward_fn": t.reward_fn.state_dict(),  # e.g. the reward model's fusion history
+        "live": t.live.params.as_dict(), "data": t.prompts.source.state_dict(),
+        "control": t.control.state_dict() if t.control is not None else None,
+        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "rollout": t.rollout_gen.get_state(), "update": u.generator.get_state()},
+        "counters": {"nonfinite_total": t.nonfinite_total, "prev_kl_mean": t.prev_kl_mean,
+                     "skipped_actor": u.actor_opt.skipped_total,
+                     "skipped_critic": u.critic_opt.skipped_total if u.critic_opt else 0},
+    }
+
+
+def restore_trainer_state(t: Checkpointed, state: dict[str, Any], path: Path) -> None:
+    """Load :func:`trainer_state`'s output, and the critic saved beside it in checkpoint ``path``
+    (exact resume, and the in-process rollback)."""
+    u, ctl, norm = t.updater, t.controllers, t.normalizers
+    t.step = int(state["step"])
+    u.actor_opt.optimizer.load_state_dict(state["actor_optim"])
+    if u.critic_opt is not None:
+        u.critic_opt.optimizer.load_state_dict(state["critic_optim"])
+        t.models.critic.load_state_dict(torch.load(path / "critic.pt", map_location="cpu"))  # type: ignore[union-attr]
+    ctl.kl.load_state_dict(state["kl_controller"])
+    for obj, key in ((ctl.clip, "clip_controller"), (norm.reward, "reward_rms"), (norm.value, "value_norm")):
+        if obj is not None and state.get(key) is not None:
+            obj.load_state_dict(state[key])
+    t.reward_fn.load_state_dict(state.get("reward_fn"))
+    t.live.set_params(LiveParams(**state["live"]))
+    if t.control is not None:
+        t.control.restored(state.get("control"))
+    t.prompts.source.load_state_dict(state["data"])
+    _restore_rng(t, state["rng"])
+    counters = state["counters"]
+    t.nonfinite_total = int(counters["nonfinite_total"])
+    t.prev_kl_mean = float(counters["prev_kl_mean"])
+    u.actor_opt.skipped_total = int(counters["skipped_actor"])
+    if u.critic_opt is not None:
+        u.critic_opt.skipped_total = int(counters["skipped_critic"])
+
+
+def _restore_rng(t: Checkpointed, rng: dict[str, Any]) -> None:
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    t.rollout_gen.set_state(rng["rollout"])
+    t.updater.generator.set_state(rng["update"])
+
+
+def restore(t: Checkpointed, path: Path) -> int:
+    """The in-process rollback: load checkpoint ``path``'s full state into the running trainer
+    (weights, optimizers, controllers, normalisers, RNGs, data cursor); ``latest`` then names it,
+    so ``--resume latest`` continues from the healthy state. Returns the step it goes back to."""
+    from rlcockpit.trainer.models import load_causal_lm
+
+    state = load_state(path)
+    t.models.actor.load_state_dict(load_causal_lm(path / "actor").state_dict())
+    restore_trainer_state(t, state, path)
+    t.last_checkpoint = str(path)
+    point_latest(path)
+    return int(state["step"])

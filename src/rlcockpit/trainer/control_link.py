@@ -15,7 +15,10 @@ every checkpoint lists the tickets its state contains. On ``--resume`` a ticket 
 applied but the checkpoint lacks is re-applied at its boundary step (audited as a replay), never
 marked again. The live parameters (values, types, ranges) are published to the store at start and
 after every change; the diagnostics policy's actions become tickets (requested by the detector,
-approved by the policy).
+approved by the policy): the trainer wraps the diagnostics' executor with :meth:`ControlLink.ticketed`
+in INIT.
+
+The link acts on the trainer only through its port (:class:`rlcockpit.trainer.port.TrainerPort`).
 """
 
 from __future__ import annotations
@@ -30,14 +33,16 @@ from rlcockpit.control.effect import reward_effect, window_effect
 from rlcockpit.errors import ConfigError, StoreError
 from rlcockpit.records import TicketRecord
 from rlcockpit.store.base import ControlStore
-from rlcockpit.trainer.live import LIVE_SPECS, validate_changes
+from rlcockpit.trainer.diagnosis import ActionContext, Executor
+from rlcockpit.trainer.live import LIVE_SPECS, LiveControl, validate_changes
+from rlcockpit.trainer.port import TrainerPort
 
 log = logging.getLogger("rlcockpit.trainer.control")
 HISTORY_KEYS = ("kl/mean", "policy/entropy", "reward/mean")
 PAUSE_COMMANDS = ("pause", "resume", "stop")
 
 
-def live_specs(live: Any) -> dict[str, dict[str, Any]]:
+def live_specs(live: LiveControl) -> dict[str, dict[str, Any]]:
     """The allow-list a run publishes: type, this run's range, help and metric of each parameter."""
     out = {}
     for name, spec in LIVE_SPECS.items():
@@ -53,7 +58,7 @@ class ControlLink:
         # function must not leave a store file behind
         self.store = store
         self.cfg = cfg
-        self.trainer: Any = None
+        self.trainer: TrainerPort | None = None  # set by attach
         self.channel: Channel | None = None
         self.applied: list[int] = []  # ticket ids contained in the current state (saved in checkpoints)
         self.resumed = False
@@ -83,24 +88,21 @@ class ControlLink:
 
     # ------------------------------------------------------------------ start-up
 
-    def attach(self, trainer: Any) -> None:
-        """After the run is open: publish the live parameters, plan replays, wrap the diagnostics."""
+    def attach(self, trainer: TrainerPort, run_id: str) -> None:
+        """After the run is open: publish the live parameters, plan replays."""
         self.trainer = trainer
         if not isinstance(self.store, ControlStore):
             self.store = self.store()
-        self.channel = Channel(self.store, trainer.telemetry.run_id)
-        trainer.add_observer(self._observe)
+        self.channel = Channel(self.store, run_id)
         self.awaiting = self.channel.awaiting_effect()
         if self.resumed:
             self.replays = self.channel.replays(self.applied)
             due = [t for t in self.replays if (t.boundary_step or 0) <= trainer.step]
             self._replay(due, trainer.step)
         self._publish(trainer.step, "resume" if self.resumed else "start")
-        diagnosis = getattr(trainer, "diagnosis", None)
-        if diagnosis is not None and hasattr(diagnosis, "executor"):
-            diagnosis.executor = self._ticketed(diagnosis.executor)
 
-    def _observe(self, step: int, metrics: Mapping[str, float]) -> None:
+    def observe(self, step: int, metrics: Mapping[str, float]) -> None:
+        """A step observer (the trainer registers it): the KL / entropy / reward windows of the effects."""
         self.history[step] = {k: float(metrics[k]) for k in HISTORY_KEYS if k in metrics}
         keep = 4 * self.cfg.effect_steps + 8
         for old in [s for s in self.history if s <= step - keep]:
@@ -223,8 +225,6 @@ class ControlLink:
     def _rollback(self, ticket: TicketRecord, step: int) -> None:
         from pathlib import Path
 
-        from rlcockpit.trainer.diagnosis import restore
-
         path = Path(str((ticket.value or {}).get("checkpoint", "")))
         if not (path / "trainer_state.pt").is_file():
             self.channel.mark_failed(ticket, f"checkpoint {path} is not on disk (pruned or moved)")
@@ -233,7 +233,7 @@ class ControlLink:
             return
         self.acting_ticket = ticket.ticket_id
         try:
-            restore(self.trainer, path)
+            self.trainer.rollback_to(path)
         finally:
             self.acting_ticket = None
 
@@ -277,12 +277,7 @@ class ControlLink:
         return effect
 
     def _validation_rewards(self, step: int) -> list[float] | None:
-        t = self.trainer
-        if not self.cfg.effect_eval or not t.prompts.eval_items:
-            return None
-        with t.clock.phase("EVAL", step):
-            totals, _ = t.evaluator.score(t.models.actor, step, t.live.params.max_new_tokens)
-        return [float(x) for x in totals]
+        return self.trainer.validation_rewards(step) if self.cfg.effect_eval else None
 
     # ------------------------------------------------------------------ publishing and automatic actions
 
@@ -294,11 +289,11 @@ class ControlLink:
         self._published = (values, specs)
         self._sources = []
 
-    def _ticketed(self, executor: Any) -> Any:
+    def ticketed(self, executor: Executor) -> Executor:
         """Wrap the diagnostics executor: each action (but alerts) becomes a policy-approved ticket.
         A safety action never waits for the store: if the ticket cannot be written it runs anyway."""
 
-        def run(action: Any, ctx: Any) -> Mapping[str, Any]:
+        def run(action: Any, ctx: ActionContext) -> Mapping[str, Any]:
             if action.name == "alert":
                 return executor(action, ctx)
             try:

@@ -4,8 +4,11 @@ Each step :meth:`Diagnosis.observe` feeds the engine the step's metrics and the 
 ``SampleRecord`` s that were logged, writes the findings (with their incident ids) to the store and
 plans the severity policy's actions (:mod:`rlcockpit.diagnostics.policy`). At the next phase
 boundary the trainer calls :meth:`Diagnosis.act`: every action goes through one function,
-``execute(action, ctx)`` (:attr:`Diagnosis.executor`, so the control layer can wrap it with tickets),
-and is recorded as an ``action`` event (action, detector, severity, incident, result).
+``execute(action, ctx)`` (:attr:`Diagnosis.executor`; with a control plane the trainer wraps it in
+INIT so each action becomes a ticket, ``ControlLink.ticketed``), and is recorded as an ``action``
+event (action, detector, severity, incident, result). Actions reach the trainer through its port
+(:class:`rlcockpit.trainer.port.TrainerPort`); the rollback loads a checkpoint with
+:func:`rlcockpit.trainer.checkpoint.restore`.
 
 Fail soft: an error in the engine, a detector or an action is logged as an event
 (``diagnostics_error`` / ``detector_error`` / an ``action`` event with ``ok: false``) and training
@@ -14,7 +17,6 @@ goes on.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import threading
@@ -22,13 +24,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rlcockpit.diagnostics import Engine, snapshots
 from rlcockpit.diagnostics.config import DiagnosticsConfig
 from rlcockpit.diagnostics.policy import Action, Policy
 from rlcockpit.records import FindingRecord, SampleRecord
+from rlcockpit.trainer.port import TrainerPort
 
 log = logging.getLogger("rlcockpit.trainer.diagnosis")
 HISTORY_STEPS = 100  # metric window and gradient ring (DESIGN.md §6: "the last 100 steps")
@@ -38,9 +40,10 @@ HEARTBEAT_PERIOD_S = 15.0  # how often the heartbeat thread asks the stall detec
 
 @dataclass
 class ActionContext:
-    """What an action may touch: the trainer (pause, checkpoint, rollback), this Diagnosis, the step."""
+    """What an action may touch: the trainer's port (pause, stop, checkpoint, rollback), this Diagnosis,
+    the step."""
 
-    trainer: Any
+    trainer: TrainerPort
     diagnosis: Diagnosis
     step: int
 
@@ -50,7 +53,7 @@ Executor = Callable[[Action, ActionContext], Mapping[str, Any]]
 
 class Diagnosis:
     """Owned by the trainer (``trainer.diagnosis``, built with it, so :attr:`executor` can be wrapped
-    before the run starts); ``attach`` in INIT, ``observe`` in DIAGNOSE, ``act`` at the boundary."""
+    before the run starts); ``attach`` in INIT, ``observe`` in DIAGNOSE, ``act`` in HOTFIX."""
 
     def __init__(self, config: DiagnosticsConfig, telemetry: Any = None, *,
                  run_config: Mapping[str, Any] | None = None, gradstats: Any = None,
@@ -70,25 +73,25 @@ class Diagnosis:
         self.findings: list[FindingRecord] = []
         self.pending: list[Action] = []
         self.executor: Executor = execute
+        self.port: TrainerPort | None = None  # the trainer the actions act on (attach)
         self._reported_errors: set[str] = set()
         self.sinks: list[Callable[[FindingRecord], Any]] = []  # ops: Prometheus, Alertmanager
         self._lock = threading.Lock()  # the engine is fed by DIAGNOSE and by the heartbeat thread
         self._stop_beat = threading.Event()
         self._beat: threading.Thread | None = None
 
-    def attach(self, trainer: Any) -> None:
-        """In INIT, once the run is open: findings need its telemetry, snapshots its gradients."""
-        from rlcockpit.config import to_dict
+    def attach(self, port: TrainerPort, telemetry: Any, run_config: Mapping[str, Any], gradstats: Any) -> None:
+        """In INIT, once the run is open: actions need the trainer's port, findings the run's
+        telemetry, snapshots its config and gradient ring."""
         from rlcockpit.diagnostics.notify import Notifier
 
-        self.telemetry = trainer.telemetry
-        self.run_config = to_dict(trainer.cfg)
-        self.gradstats = getattr(trainer.updater, "gradstats", None)
+        self.port, self.telemetry = port, telemetry
+        self.run_config, self.gradstats = dict(run_config), gradstats
         if self.notifier is None and self.config.enabled:
-            self.notifier = Notifier(self.config.policy, run_id=trainer.telemetry.run_id)
-        self._start_heartbeat(trainer)
+            self.notifier = Notifier(self.config.policy, run_id=telemetry.run_id)
+        self._start_heartbeat(port)
 
-    def _start_heartbeat(self, trainer: Any, period_s: float | None = None) -> None:
+    def _start_heartbeat(self, trainer: TrainerPort, period_s: float | None = None) -> None:
         """A daemon thread calls ``engine.tick`` so a hung phase is reported (stall detector's
         heartbeat) even though no DIAGNOSE comes; a paused run counts as alive."""
         if self.engine is None or self._beat is not None:
@@ -98,7 +101,7 @@ class Diagnosis:
 
         def beat() -> None:
             while not self._stop_beat.wait(period):
-                self.heartbeat(paused=bool(getattr(trainer, "paused", False)))
+                self.heartbeat(paused=bool(trainer.paused))
 
         self._beat = threading.Thread(target=beat, name="rlcockpit-heartbeat", daemon=True)
         self._beat.start()
@@ -185,14 +188,17 @@ class Diagnosis:
 
     # ------------------------------------------------------------------ HOTFIX
 
-    def act(self, trainer: Any, step: int, *, rollback: bool = False) -> list[dict[str, Any]]:
-        """Execute the planned actions (``rollback=True``: only the rollbacks, after the step's commit;
-        otherwise every other action). Each one is recorded as an ``action`` event."""
+    def act(self, step: int, *, rollback: bool = False) -> list[dict[str, Any]]:
+        """Execute the planned actions on the attached trainer (``rollback=True``: only the rollbacks,
+        after the step's commit; otherwise every other action). Each one is recorded as an ``action``
+        event."""
         mine = [a for a in self.pending if (a.name == "rollback") == rollback]
         if not mine:
             return []
+        if self.port is None:
+            raise RuntimeError("Diagnosis.act before attach(): no trainer to act on")
         self.pending = [a for a in self.pending if a not in mine]
-        ctx = ActionContext(trainer, self, step)
+        ctx = ActionContext(self.port, self, step)
         return [self._run(action, ctx) for action in mine]
 
     def _run(self, action: Action, ctx: ActionContext) -> dict[str, Any]:
@@ -279,12 +285,12 @@ def _snapshot(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
 def _rollback(action: Action, ctx: ActionContext) -> Mapping[str, Any]:
     """Back to the last checkpoint taken before the incident's first step, loaded in-process."""
     first = ctx.diagnosis.incident_first_step.get(action.incident, action.step)
-    path = checkpoint_before(ctx.trainer, first)
+    path = ctx.trainer.checkpoint_before(first)
     if path is None:
         ctx.trainer.stop_requested = True  # nothing healthy to go back to: stop rather than go on
         return {"rolled_back": False, "incident_first_step": first, "stopped": True,
                 "reason": f"no checkpoint of this run before step {first}"}
-    to_step = restore(ctx.trainer, path)
+    to_step = ctx.trainer.rollback_to(path)
     return {"rolled_back": True, "mode": "in-process", "checkpoint": str(path), "to_step": to_step,
             "incident_first_step": first, "resume": f"rlcockpit train --resume {path}"}
 
@@ -293,46 +299,6 @@ _HANDLERS: dict[str, Callable[[Action, ActionContext], Mapping[str, Any]]] = {
     "alert": _alert, "save_batch": _save_batch, "snapshot": _snapshot, "checkpoint": _checkpoint,
     "pause": _pause, "stop": _stop, "rollback": _rollback,
 }
-
-
-# --------------------------------------------------------------------------- rollback
-
-
-def checkpoint_before(trainer: Any, first_step: int) -> Path | None:
-    """The newest complete checkpoint of this run taken at a step < ``first_step`` (from disk, so
-    checkpoints of an earlier process of a resumed run count too). Checkpoints written *because of*
-    an incident (reason ``incident``) hold a state already judged unhealthy and are never chosen."""
-    from rlcockpit.trainer.checkpoint import STATE_FILE, checkpoint_dir
-
-    run_dir = checkpoint_dir(trainer.cfg.checkpoint.dir, trainer.telemetry.run_id, 0).parent
-    best: tuple[int, Path] | None = None
-    for d in run_dir.glob("step_*"):
-        try:
-            meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
-            step = int(meta["step"])
-        except (OSError, ValueError, KeyError):
-            continue  # a half-written or foreign directory is not a checkpoint
-        healthy = meta.get("reason") != "incident" and (d / STATE_FILE).is_file()
-        if healthy and step < first_step and (best is None or step > best[0]):
-            best = (step, d)
-    return best[1] if best else None
-
-
-def restore(trainer: Any, path: Path) -> int:
-    """Load a checkpoint's full state into the running trainer (weights, optimizers, controllers,
-    normalisers, RNGs, data cursor); ``latest`` then names it, so ``--resume latest`` continues
-    from the healthy state. Returns the step it goes back to."""
-    from rlcockpit.trainer.checkpoint import load_state
-    from rlcockpit.trainer.models import load_causal_lm
-
-    state = load_state(path)
-    fresh = load_causal_lm(path / "actor")
-    trainer.models.actor.load_state_dict(fresh.state_dict())
-    trainer.resume_from = path  # load_state_dict reads the critic from resume_from
-    trainer.load_state_dict(state)
-    trainer.last_checkpoint = str(path)
-    (path.parent.parent / "latest").write_text(str(path.resolve()), encoding="utf-8")
-    return int(state["step"])
 
 
 def _baseline(config: DiagnosticsConfig) -> Any:

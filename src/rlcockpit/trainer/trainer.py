@@ -25,9 +25,9 @@ from rlcockpit.config import to_dict
 from rlcockpit.metrics.cost import SCHEDULES, schedule_n
 from rlcockpit.metrics.rl import kl_per_token, logprobs_from_logits
 from rlcockpit.records import SampleRecord
+from rlcockpit.trainer import checkpoint as ckpt
 from rlcockpit.trainer import step_metrics as sm
 from rlcockpit.trainer.advantage import Normalizers, compute_advantages
-from rlcockpit.trainer.checkpoint import checkpoint_dir, load_state, prune, save_checkpoint
 from rlcockpit.trainer.config import TrainConfig
 from rlcockpit.trainer.control_link import ControlLink
 from rlcockpit.trainer.controllers import Controllers
@@ -38,7 +38,6 @@ from rlcockpit.trainer.phases import PhaseClock
 from rlcockpit.trainer.rollout import response_logits, response_values, sample_responses
 from rlcockpit.trainer.samples import TokenText, build_samples, histogram_values
 from rlcockpit.trainer.setup import Models, Prompts, build_components
-from rlcockpit.trainer.state import restore_trainer_state, trainer_state
 from rlcockpit.trainer.step import StepState
 from rlcockpit.trainer.update import Updater
 
@@ -59,7 +58,11 @@ class TrainResult:
 
 
 class Trainer:
-    """``Trainer(cfg).run()``; ``trainer.live`` is the thread-safe inbox for live changes and commands."""
+    """``Trainer(cfg).run()``; ``trainer.live`` is the thread-safe inbox for live changes and commands.
+
+    The diagnostics' actions and the control link act on it through its port
+    (:class:`rlcockpit.trainer.port.TrainerPort`: the inbox, ``checkpoint``, ``apply_now``,
+    ``checkpoint_before``, ``rollback_to``, ``validation_rewards``)."""
 
     def __init__(self, config: TrainConfig, *, resume_from: str | Path | None = None,
                  observers: Sequence[StepObserver] = (), control_store: Any = None) -> None:
@@ -141,7 +144,7 @@ class Trainer:
     def init(self) -> None:
         """Load models, prompts and reward function (fail fast), restore a checkpoint, open the run."""
         t0 = time.perf_counter()
-        state = load_state(self.resume_from) if self.resume_from else None
+        state = ckpt.load_state(self.resume_from) if self.resume_from else None
         actor_dir = self.resume_from / "actor" if self.resume_from else None
         parts = build_components(self.cfg, actor_dir)
         self.models, self.prompts, self.reward_fn = parts.models, parts.prompts, parts.reward_fn
@@ -156,13 +159,16 @@ class Trainer:
         if self.controllers.clip is not None:
             self.live.tighten("clip_eps", self.cfg.ppo.clip_eps_min, self.cfg.ppo.clip_eps_max)
         if state is not None:
-            self.load_state_dict(state)
+            ckpt.restore_trainer_state(self, state, self.resume_from)
         self.telemetry = self._open_run(state["run_id"] if state else None)
-        self.diagnosis.attach(self)
+        self.diagnosis.attach(self, self.telemetry, to_dict(self.cfg), self.updater.gradstats)
         if self.reward_fn.observer is not None:  # e.g. the fusion LSTM of the reward model
             self.add_observer(self.reward_fn.observer)
         if self.control is not None:
-            self.control.attach(self)
+            self.control.attach(self, self.telemetry.run_id)
+            self.add_observer(self.control.observe)
+            # the diagnostics' actions become tickets (requested by the detector, approved by the policy)
+            self.diagnosis.executor = self.control.ticketed(self.diagnosis.executor)
         duration = time.perf_counter() - t0
         self._phase_ended("INIT", self.step, duration, True)
         if state is None:
@@ -252,15 +258,25 @@ class Trainer:
         self.last_metrics = seen
 
     def hotfix(self, step: int) -> None:
-        """Run the diagnostics' actions; apply queued live-parameter changes and commands; wait here while
-        paused; checkpoint if due; a rollback asked for by a black finding comes last."""
-        self.diagnosis.act(self, step)
+        """The boundary between two steps, in this order:
+
+        1. the diagnostics' actions (alert, save batch, snapshot, checkpoint, pause, stop), through
+           the executor (with a control plane each one is a ticket);
+        2. the control plane's approved tickets (parameter changes, commands; not rollbacks);
+        3. the sampling schedule's next stage, then every queued live-parameter change and command
+           (the inbox: tickets, actions, a person at the terminal);
+        4. the pause loop (tickets are still taken while paused);
+        5. periodic and requested checkpoints;
+        6. the step's phase times, then the step commit;
+        7. last, rollbacks: a black finding's (diagnostics) and an approved rollback ticket (control),
+           each loading a checkpoint in-process (``rollback_to``, trainer/checkpoint.py).
+        """
+        self.diagnosis.act(step)
         if self.control is not None:
             self.control.before_hotfix(step)
         self._schedule_sampling(step + 1)
         with self.clock.phase("HOTFIX", step):
-            for item in self.live.drain():
-                self._handle(item, step)
+            self.apply_now(step)
         self._wait_while_paused(step)
         every = self.cfg.checkpoint.every
         if step > 0 and every > 0 and step % every == 0:
@@ -270,28 +286,53 @@ class Trainer:
             item.resolve(step, path=path)
         self.telemetry.log(step, {f"time/{p.lower()}_s": d for p, d in self.clock.take_durations().items()})
         self.telemetry.commit(step)
-        self.diagnosis.act(self, step, rollback=True)
+        self.diagnosis.act(step, rollback=True)
         if self.control is not None:
             self.control.after_hotfix(step)
 
+    # ------------------------------------------------------------------ the port (trainer/port.py)
+
     def apply_now(self, step: int) -> None:
-        """Apply what the live inbox holds right away (the control link: commands, replays after a resume)."""
+        """Apply what the live inbox holds right away (HOTFIX; the control link: commands, replays)."""
         for item in self.live.drain():
             self._handle(item, step)
 
     def checkpoint(self, step: int, reason: str) -> str:
         with self.clock.phase("CHECKPOINT", step):
-            path = checkpoint_dir(self.cfg.checkpoint.dir, self.telemetry.run_id, step)
-            save_checkpoint(path, actor=self.models.actor, tokenizer=self.models.tokenizer, critic=self.models.critic,
-                            state=self.state_dict(), reason=reason)
+            path = ckpt.checkpoint_dir(self.cfg.checkpoint.dir, self.telemetry.run_id, step)
+            ckpt.save_checkpoint(path, actor=self.models.actor, tokenizer=self.models.tokenizer,
+                                 critic=self.models.critic, state=self.state_dict(), reason=reason)
             if reason == "periodic":
-                prune(path.parent, self.cfg.checkpoint.keep)
+                ckpt.prune(path.parent, self.cfg.checkpoint.keep)
             self.telemetry.checkpoint(step, str(path), reason=reason)
             # in the store before training goes on: a rollback ticket is validated against the
             # stored checkpoints (a checkpoint write already takes far longer than this flush)
             self.telemetry.flush(timeout=2.0)
         self.last_checkpoint = str(path)
         return str(path)
+
+    def checkpoint_before(self, first_step: int) -> Path | None:
+        """The newest healthy checkpoint of this run taken before ``first_step`` (a rollback's target)."""
+        return ckpt.checkpoint_before(self.cfg.checkpoint.dir, self.telemetry.run_id, first_step)
+
+    def rollback_to(self, path: Path) -> int:
+        """Load checkpoint ``path`` into this running trainer; returns the step it goes back to."""
+        return ckpt.restore(self, path)
+
+    def validation_rewards(self, step: int) -> list[float] | None:
+        """Total reward per validation prompt (fixed sampling seed), timed as an EVAL phase; the
+        control plane measures a ticket's effect on these."""
+        if not self.prompts.eval_items:
+            return None
+        with self.clock.phase("EVAL", step):
+            totals, _ = self.evaluator.score(self.models.actor, step, self.live.params.max_new_tokens)
+        return [float(x) for x in totals]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything an exact resume needs besides the weights (trainer/checkpoint.py)."""
+        return ckpt.trainer_state(self)
+
+    # ------------------------------------------------------------------ end
 
     def finish(self, status: str, reason: str | None) -> TrainResult:
         """Final checkpoint (unless failed), close the run with its status."""
@@ -490,12 +531,3 @@ class Trainer:
         if self.telemetry is not None:
             self.telemetry.event(step, "phase_timeout", {"phase": phase, "elapsed_s": elapsed, "limit_s": limit,
                                                          "action": self.cfg.timeouts.on_timeout})
-
-    # ------------------------------------------------------------------ state
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything an exact resume needs besides the weights (trainer/state.py)."""
-        return trainer_state(self)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        restore_trainer_state(self, state)
