@@ -3,6 +3,7 @@
 - :mod:`rlcockpit.metrics.catalog` (stdlib): ``MetricSpec``, ``CATALOG``, ``spec_for``.
 - :mod:`rlcockpit.metrics.stats` (numpy): repetition, lengths, KS test, histograms, EMA.
 - :mod:`rlcockpit.metrics.rl` (torch): masked reductions, KL estimators, entropy, GAE, GRPO groups.
+- :mod:`rlcockpit.metrics.evaluation` (numpy): the validation metrics ``eval/*``.
 
 Importing this package imports nothing else: each module loads on first use
 (``rlcockpit.metrics.rl`` or attribute access such as ``rlcockpit.metrics.gae``), so the catalog
@@ -16,6 +17,7 @@ from typing import Any
 
 _LAZY_MODULES = {
     "catalog": "rlcockpit.metrics.catalog",
+    "evaluation": "rlcockpit.metrics.evaluation",
     "ks": "rlcockpit.metrics.ks",
     "rl": "rlcockpit.metrics.rl",
     "stats": "rlcockpit.metrics.stats",
@@ -35,6 +37,7 @@ _STATS_NAMES = (
     "percentile", "ema", "histogram",
 )
 _LAZY = {**{n: "rlcockpit.metrics.catalog" for n in _CATALOG_NAMES},
+         "eval_metrics": "rlcockpit.metrics.evaluation",
          **{n: "rlcockpit.metrics.rl" for n in _RL_NAMES},
          **{n: "rlcockpit.metrics.stats" for n in _STATS_NAMES}}
 

@@ -2,7 +2,9 @@
 
 Every evaluation uses a fresh ``torch.Generator(eval.seed)``, so two evaluations of the same weights
 give the same answers and differences between steps come from learning, not from sampling noise.
-It never touches the rollout generator, so evaluating does not change the training trajectory.
+It never touches the rollout generator, so evaluating does not change the training trajectory. The
+``eval/*`` metrics are reduced by :func:`rlcockpit.metrics.evaluation.eval_metrics`, as in
+``rlcockpit world eval``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlcockpit.metrics.evaluation import eval_metrics
 from rlcockpit.rewards import RewardFunction
 from rlcockpit.trainer.config import EvalConfig
 from rlcockpit.trainer.data import PromptItem
@@ -28,7 +31,7 @@ class Evaluator:
 
     def run(self, model: nn.Module, step: int, max_new_tokens: int) -> dict[str, float]:
         totals, correct = self.score(model, step, max_new_tokens)
-        return eval_metrics(self.items, totals, correct)
+        return eval_metrics([it.category for it in self.items], totals, correct)
 
     def score(self, model: nn.Module, step: int, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray | None]:
         """Total reward per validation prompt (and ``info["correct"]`` when the reward function gives it);
@@ -44,18 +47,3 @@ class Evaluator:
         scored = self.reward_fn([it.prompt for it in self.items], responses, [it.meta for it in self.items], step)
         return np.asarray(scored.totals, dtype=np.float64), scored.info.get("correct")
 
-
-def eval_metrics(items: Sequence[PromptItem], totals: np.ndarray, correct: np.ndarray | None) -> dict[str, float]:
-    """eval/reward/mean, eval/reward/category/<c>/mean and eval/accuracy/<c> (mean of info/correct)."""
-    categories = np.asarray([it.category for it in items])
-    finite = np.isfinite(totals)
-    out = {"eval/reward/mean": float(totals[finite].mean()) if finite.any() else float("nan")}
-    for cat in sorted(set(categories.tolist())):
-        sel = (categories == cat) & finite
-        if sel.any():
-            out[f"eval/reward/category/{cat}/mean"] = float(totals[sel].mean())
-        if correct is not None:
-            verdicts = correct[(categories == cat) & np.isfinite(correct)]
-            if verdicts.size:
-                out[f"eval/accuracy/{cat}"] = float(verdicts.mean())
-    return out

@@ -1,18 +1,22 @@
 """Sampled evaluation of a policy on tiny-world prompts (``rlcockpit world eval``).
 
 Responses are sampled with Hugging Face ``generate`` under a fixed seed, scored with
-:func:`rlcockpit.world.rewards.score` and reduced per category. The reward of a sample is the
-unweighted sum of its components; accuracy is the mean of ``info/correct``. The caller's torch
-RNG state is left untouched, so evaluating inside a training run does not change the run.
+:func:`rlcockpit.world.rewards.score` and reduced per category by
+:func:`rlcockpit.metrics.evaluation.eval_metrics` (the trainer's EVAL phase uses the same function).
+The reward of a sample is the unweighted sum of its components; accuracy is the mean of
+``info/correct``. The caller's torch RNG state is left untouched, so evaluating inside a training
+run does not change the run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from rlcockpit.metrics.evaluation import eval_metrics
 from rlcockpit.world.prompts import CATEGORIES, Prompt
 from rlcockpit.world.rewards import FLAGS, score, total_reward
 
@@ -45,16 +49,12 @@ class EvalReport:
 
     @property
     def reward_mean(self) -> float:
-        return statistics.fmean(s.reward for s in self.samples) if self.samples else 0.0
+        return self.metrics()["eval/reward/mean"] if self.samples else 0.0
 
     def metrics(self) -> dict[str, float]:
         """Catalog names (DESIGN.md §4): ``eval/reward/mean``, ``eval/reward/category/<c>/mean``,
         ``eval/accuracy/<c>``."""
-        out = {"eval/reward/mean": self.reward_mean}
-        for c in self.categories:
-            out[f"eval/reward/category/{c.category}/mean"] = c.reward_mean
-            out[f"eval/accuracy/{c.category}"] = c.accuracy
-        return out
+        return _metrics(self.samples)
 
 
 def generate_responses(
@@ -109,16 +109,21 @@ def evaluate_detailed(
     return EvalReport(samples, _per_category(samples))
 
 
+def _metrics(samples: Sequence[EvalSample]) -> dict[str, float]:
+    return eval_metrics([s.prompt.category for s in samples], [s.reward for s in samples],
+                        [s.scores["info/correct"] for s in samples])
+
+
 def _per_category(samples: list[EvalSample]) -> list[CategoryStats]:
-    stats = []
+    metrics, stats = _metrics(samples), []
     for category in CATEGORIES:
         group = [s for s in samples if s.prompt.category == category]
         if not group:
             continue
         flags = {f: statistics.fmean(s.scores[f"flag/{f}"] for s in group) for f in FLAGS}
         stats.append(CategoryStats(
-            category, len(group), statistics.fmean(s.reward for s in group),
-            statistics.fmean(s.scores["info/correct"] for s in group), flags,
+            category, len(group), metrics.get(f"eval/reward/category/{category}/mean", math.nan),
+            metrics.get(f"eval/accuracy/{category}", math.nan), flags,
         ))
     return stats
 
