@@ -150,7 +150,7 @@ class Trainer:
         self.models, self.prompts, self.reward_fn = parts.models, parts.prompts, parts.reward_fn
         self.controllers, self.normalizers = parts.controllers, parts.normalizers
         m = self.models
-        self.updater = Updater(m.actor, m.critic, self.cfg)
+        self.updater = Updater(m.actor, m.critic, self.controllers, self.cfg)
         self.entropy_uniform = sm.entropy_uniform(m.actor)  # log V: fixed for the run
         self.rollout_gen = torch.Generator().manual_seed(self.cfg.seed)
         self.token_text = TokenText(m.tokenizer)
@@ -218,17 +218,11 @@ class Trainer:
                 group_size=self.n_samples(state.step))
 
     def update(self, state: StepState) -> None:
-        """Minibatches x epochs, then the adaptive KL and clip controllers move for the next step."""
+        """Epochs x minibatches of the PPO losses, then the KL and clip controllers move (trainer/update.py)."""
         with self.clock.phase("UPDATE", state.step):
-            live = self.live.params
-            self.updater.set_lrs(state.step, live)
             state.update_stats = self.updater.run(
-                state, live, live.temperature,
+                state, self.live.params,
                 on_epoch=lambda e, n: self.telemetry.phase(state.step, "UPDATE", "running", progress=e / n))
-            kl_mean = float(state.token_kl.sum(-1).mean())
-            self.controllers.kl.update(kl_mean, state.size)
-            if self.controllers.clip is not None:
-                self.controllers.clip.update(state.update_stats.get("policy/entropy", math.nan))
 
     def evaluate(self, step: int) -> None:
         """Validation prompts, fixed sampling seed; logged at ``step`` and shown to the observers."""

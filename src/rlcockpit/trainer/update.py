@@ -1,7 +1,18 @@
-"""UPDATE: minibatches x epochs of the clipped policy loss (+ entropy bonus, + GRPO's KL term) and,
-for PPO, the clipped value loss on a separate critic (CleanRL ``ppo.py`` structure, seed 003 §5.3).
+"""UPDATE: the PPO update, read top to bottom in :meth:`Updater.run` (CleanRL ``ppo.py`` structure
+and names; seed 003 §4-§5)::
 
-Stats are buffered per minibatch and reduced once at the end of the phase (TRL style).
+    for epoch in range(ppo_epochs):
+        for mb_inds in randperm(N).split(minibatch_size):
+            newlogprob = log pi(a | s) of the minibatch's responses under the current actor
+            pg_loss    = clipped surrogate, mean of max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps))
+            loss       = pg_loss - ent_coef * entropy_loss  (+ kl_coef * kl_loss, GRPO)
+            actor step (guarded: a non-finite loss or gradient skips it; per-group clipping)
+            v_loss     = clipped value loss; critic step on vf_coef * v_loss  (PPO, separate critic)
+    then the controllers move: beta from the measured KL, epsilon from the entropy.
+
+The loss terms are pure functions in :mod:`rlcockpit.trainer.losses` (tested against naive loops).
+Every minibatch's numbers are buffered under their catalog names and reduced once at the end of the
+phase (TRL style, NaN-aware): :class:`MinibatchStats`.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ from torch import nn
 
 from rlcockpit.metrics.rl import entropy_from_logits, logprobs_from_logits
 from rlcockpit.trainer.config import TrainConfig
+from rlcockpit.trainer.controllers import Controllers
 from rlcockpit.trainer.gradstats import GradStats
 from rlcockpit.trainer.live import LiveParams
 from rlcockpit.trainer.losses import entropy_bonus, kl_loss, policy_loss, value_loss
@@ -33,8 +45,9 @@ from rlcockpit.trainer.step import StepState
 class Updater:
     """Owns the optimizers and the minibatch order generator; ``run`` performs one UPDATE phase."""
 
-    def __init__(self, actor: nn.Module, critic: nn.Module | None, cfg: TrainConfig) -> None:
-        self.actor, self.critic, self.cfg = actor, critic, cfg
+    def __init__(self, actor: nn.Module, critic: nn.Module | None, controllers: Controllers,
+                 cfg: TrainConfig) -> None:
+        self.actor, self.critic, self.controllers, self.cfg = actor, critic, controllers, cfg
         self.actor_opt = GuardedOptimizer(actor, cfg.optim, cfg.optim.actor_lr, split_embedding=True)
         self.critic_opt = (GuardedOptimizer(critic, cfg.optim, cfg.optim.critic_lr, split_embedding=False)
                            if critic is not None else None)
@@ -43,103 +56,129 @@ class Updater:
         self.gradstats = GradStats.for_models(actor, critic, self.actor_opt.groups.by_layer, cfg.seed) \
             if cfg.diagnostics.enabled else None
 
-    def set_lrs(self, step: int, live: LiveParams) -> None:
+    @property
+    def skipped_total(self) -> int:
+        return self.actor_opt.skipped_total + (self.critic_opt.skipped_total if self.critic_opt else 0)
+
+    def run(self, state: StepState, live: LiveParams,
+            on_epoch: Callable[[int, int], None] | None = None) -> dict[str, float]:
+        """One UPDATE phase on ``state`` with this step's live parameters; returns the step's policy,
+        value, gradient and update-ratio stats."""
+        self._set_lrs(state.step, live)
+        stats = MinibatchStats()
+        actor_before = flat_params(self.actor)
+        critic_before = flat_params(self.critic) if self.critic is not None else None
+        if self.gradstats is not None:
+            self.gradstats.begin_step()
+        for epoch in range(live.ppo_epochs):
+            b_inds = torch.randperm(state.size, generator=self.generator)
+            for mb_inds in b_inds.split(self.cfg.ppo.minibatch_size):
+                self._policy_step(state, mb_inds, live, stats, first_epoch=epoch == 0)
+                if self.critic_opt is not None:
+                    self._value_step(state, mb_inds, live, stats)
+            if on_epoch is not None:
+                on_epoch(epoch + 1, live.ppo_epochs)
+        if self.gradstats is not None:
+            self.gradstats.end_step(state.step)
+        out = stats.reduce()
+        out["update/ratio/actor"] = update_ratio(actor_before, self.actor)
+        if critic_before is not None:
+            out["update/ratio/critic"] = update_ratio(critic_before, self.critic)  # type: ignore[arg-type]
+        self._move_controllers(state, out)
+        return out
+
+    def _policy_step(self, state: StepState, mb_inds: torch.Tensor, live: LiveParams, stats: MinibatchStats,
+                     *, first_epoch: bool) -> None:
+        """Clipped surrogate + entropy bonus (+ GRPO's KL-to-reference term); one guarded actor step."""
+        mb = state.batch.select(mb_inds)
+        mb_mask = state.update_mask[mb_inds]
+        logits = response_logits(self.actor, mb, live.temperature)
+        newlogprob = logprobs_from_logits(logits, mb.response_ids)
+        pg_loss, pg_stats = policy_loss(newlogprob, state.old_logprobs[mb_inds], state.advantages[mb_inds],
+                                        mb_mask, state.clip_eps)
+        with torch.set_grad_enabled(live.entropy_coef > 0):  # only differentiate the bonus when used
+            entropy_loss = entropy_bonus(entropy_from_logits(logits), mb_mask)
+        loss = pg_loss
+        if live.entropy_coef > 0:
+            loss = loss - live.entropy_coef * entropy_loss
+        if self.cfg.algo == "grpo" and state.kl_coef > 0:  # GRPO: KL to the reference is a loss term
+            loss = loss + state.kl_coef * kl_loss(newlogprob, state.ref_logprobs[mb_inds], mb_mask,
+                                                  self.cfg.kl.estimator)
+        grads = self.actor_opt.step(loss, live.grad_clip_actor, live.grad_clip_embedding)
+        if self.gradstats is not None:
+            self.gradstats.after_actor(grads)
+        stats.add("policy/loss", float(pg_loss.detach()))
+        stats.add("policy/clip_frac", pg_stats["clip_frac"])
+        stats.add("policy/ratio_mean", pg_stats["ratio_mean"])
+        stats.add("policy/ratio_max", pg_stats["ratio_max"], reduce="max")
+        stats.add("policy/approx_kl", pg_stats["approx_kl"])
+        if first_epoch:  # the entropy of the rollout policy, not of the policy being updated
+            stats.add("policy/entropy", float(entropy_loss.detach()))
+        stats.add_grads(grads, "actor", layers=True)
+
+    def _value_step(self, state: StepState, mb_inds: torch.Tensor, live: LiveParams,
+                    stats: MinibatchStats) -> None:
+        """Clipped value loss on the separate critic; one guarded critic step on vf_coef * v_loss."""
+        mb = state.batch.select(mb_inds)
+        mb_mask = state.update_mask[mb_inds]
+        newvalue = response_values(self.critic, mb)  # type: ignore[arg-type]
+        clip = live.value_clip if live.value_clip > 0 else None
+        v_loss, v_clipfrac = value_loss(newvalue, state.values[mb_inds], state.value_targets[mb_inds], mb_mask,
+                                        clip)
+        grads = self.critic_opt.step(self.cfg.ppo.vf_coef * v_loss, live.grad_clip_critic, 0.0)  # type: ignore[union-attr]
+        if self.gradstats is not None:
+            self.gradstats.after_critic(grads)
+        stats.add("value/loss", float(v_loss.detach()))
+        stats.add("value/clip_frac", v_clipfrac)
+        stats.add_grads(grads, "critic", layers=False)
+
+    def _set_lrs(self, step: int, live: LiveParams) -> None:
+        """This step's learning rates: the live peak x warm-up x schedule."""
         o = self.cfg.optim
         f = lr_factor(step, o.warmup_steps, self.cfg.train.steps, o.schedule, o.min_lr_ratio)
         self.actor_opt.set_lr(live.actor_lr * f)
         if self.critic_opt is not None:
             self.critic_opt.set_lr(live.critic_lr * f)
 
-    @property
-    def skipped_total(self) -> int:
-        return self.actor_opt.skipped_total + (self.critic_opt.skipped_total if self.critic_opt else 0)
-
-    def run(self, state: StepState, live: LiveParams, temperature: float,
-            on_epoch: Callable[[int, int], None] | None = None) -> dict[str, float]:
-        acc: dict[str, list[float]] = defaultdict(list)
-        before_actor = flat_params(self.actor)
-        before_critic = flat_params(self.critic) if self.critic is not None else None
-        if self.gradstats is not None:
-            self.gradstats.begin_step()
-        for epoch in range(live.ppo_epochs):
-            order = torch.randperm(state.size, generator=self.generator)
-            for idx in order.split(self.cfg.ppo.minibatch_size):
-                self._actor_minibatch(state, idx, live, temperature, acc, first_epoch=epoch == 0)
-                if self.critic_opt is not None:
-                    self._critic_minibatch(state, idx, live, acc)
-            if on_epoch is not None:
-                on_epoch(epoch + 1, live.ppo_epochs)
-        if self.gradstats is not None:
-            self.gradstats.end_step(state.step)
-        stats = reduce_stats(acc)
-        stats["update/ratio/actor"] = update_ratio(before_actor, self.actor)
-        if before_critic is not None:
-            stats["update/ratio/critic"] = update_ratio(before_critic, self.critic)  # type: ignore[arg-type]
-        return stats
-
-    def _actor_minibatch(self, state: StepState, idx: torch.Tensor, live: LiveParams, temperature: float,
-                         acc: dict[str, list[float]], *, first_epoch: bool) -> None:
-        sub = state.batch.select(idx)
-        mask = state.update_mask[idx]
-        logits = response_logits(self.actor, sub, temperature)
-        new_logprobs = logprobs_from_logits(logits, sub.response_ids)
-        pg_loss, pstats = policy_loss(new_logprobs, state.old_logprobs[idx], state.advantages[idx], mask,
-                                      state.clip_eps)
-        loss = pg_loss
-        with torch.set_grad_enabled(live.entropy_coef > 0):  # only differentiate the bonus when used
-            entropy = entropy_bonus(entropy_from_logits(logits), mask)
-        if live.entropy_coef > 0:
-            loss = loss - live.entropy_coef * entropy
-        if self.cfg.algo == "grpo" and state.kl_coef > 0:  # GRPO: KL to the reference is a loss term
-            loss = loss + state.kl_coef * kl_loss(new_logprobs, state.ref_logprobs[idx], mask,
-                                                  self.cfg.kl.estimator)
-        grads = self.actor_opt.step(loss, live.grad_clip_actor, live.grad_clip_embedding)
-        if self.gradstats is not None:
-            self.gradstats.after_actor(grads)
-        acc["policy/loss"].append(float(pg_loss.detach()))
-        acc["policy/clip_frac"].append(pstats["clip_frac"])
-        acc["policy/ratio_mean"].append(pstats["ratio_mean"])
-        acc["max:policy/ratio_max"].append(pstats["ratio_max"])
-        acc["policy/approx_kl"].append(pstats["approx_kl"])
-        if first_epoch:
-            acc["policy/entropy"].append(float(entropy.detach()))
-        _record_grads(acc, grads, "actor", layers=True)
-
-    def _critic_minibatch(self, state: StepState, idx: torch.Tensor, live: LiveParams,
-                          acc: dict[str, list[float]]) -> None:
-        sub = state.batch.select(idx)
-        mask = state.update_mask[idx]
-        values = response_values(self.critic, sub)  # type: ignore[arg-type]
-        clip = live.value_clip if live.value_clip > 0 else None
-        v_loss, v_clip_frac = value_loss(values, state.values[idx], state.value_targets[idx], mask, clip)
-        grads = self.critic_opt.step(self.cfg.ppo.vf_coef * v_loss, live.grad_clip_critic, 0.0)  # type: ignore[union-attr]
-        if self.gradstats is not None:
-            self.gradstats.after_critic(grads)
-        acc["value/loss"].append(float(v_loss.detach()))
-        acc["value/clip_frac"].append(v_clip_frac)
-        _record_grads(acc, grads, "critic", layers=False)
+    def _move_controllers(self, state: StepState, stats: dict[str, float]) -> None:
+        """For the next step: beta follows the measured KL (per-sequence sum, batch mean), epsilon
+        the entropy."""
+        kl_mean = float(state.token_kl.sum(-1).mean())
+        self.controllers.kl.update(kl_mean, state.size)
+        if self.controllers.clip is not None:
+            self.controllers.clip.update(stats.get("policy/entropy", math.nan))
 
 
-def _record_grads(acc: dict[str, list[float]], grads: StepGrads, who: str, *, layers: bool) -> None:
-    acc[f"sum:update/skipped/{who}"].append(1.0 if grads.skipped else 0.0)
-    if grads.skipped:
-        return
-    acc[f"grad/norm/{who}"].append(grads.total)
-    if layers:
-        for name, norm in grads.layers.items():
-            acc[f"grad/norm/layer/{name}"].append(norm)
+class MinibatchStats:
+    """Numbers per minibatch under their catalog names, reduced once per phase: the mean of the finite
+    values, or their max, or the sum of all values (``reduce``)."""
 
+    def __init__(self) -> None:
+        self.values: dict[str, list[float]] = defaultdict(list)
+        self.how: dict[str, str] = {}
 
-def reduce_stats(acc: dict[str, list[float]]) -> dict[str, float]:
-    """Mean per name; ``max:`` and ``sum:`` prefixes pick another reduction. NaN-aware."""
-    out: dict[str, float] = {}
-    for key, values in acc.items():
-        arr = np.asarray(values, dtype=np.float64)
-        finite = arr[np.isfinite(arr)]
-        if key.startswith("max:"):
-            out[key[4:]] = float(finite.max()) if finite.size else math.nan
-        elif key.startswith("sum:"):
-            out[key[4:]] = float(arr.sum())
-        else:
-            out[key] = float(finite.mean()) if finite.size else math.nan
-    return out
+    def add(self, name: str, value: float, reduce: str = "mean") -> None:
+        self.values[name].append(value)
+        self.how[name] = reduce
+
+    def add_grads(self, grads: StepGrads, who: str, *, layers: bool) -> None:
+        self.add(f"update/skipped/{who}", 1.0 if grads.skipped else 0.0, reduce="sum")
+        if grads.skipped:
+            return
+        self.add(f"grad/norm/{who}", grads.total)
+        if layers:
+            for name, norm in grads.layers.items():
+                self.add(f"grad/norm/layer/{name}", norm)
+
+    def reduce(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, values in self.values.items():
+            arr = np.asarray(values, dtype=np.float64)
+            finite = arr[np.isfinite(arr)]
+            if self.how[name] == "sum":
+                out[name] = float(arr.sum())
+            elif not finite.size:
+                out[name] = math.nan
+            else:
+                out[name] = float(finite.max() if self.how[name] == "max" else finite.mean())
+        return out
