@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from server_testkit import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -27,12 +28,6 @@ def binary(*names: str) -> str:
         if path:
             return path
     raise RuntimeError(f"{names[0]} is not installed; {INSTALL}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get_json(url: str, timeout: float = 5.0) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import httpx
 import pytest
 
 from control_testkit import RUN, build_world
+from server_testkit import free_port
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -24,12 +24,6 @@ def cli(*args: str, token: str | None = None, timeout: float = 120) -> subproces
         env["RLCOCKPIT_TOKEN"] = token
     return subprocess.run([sys.executable, "-m", "rlcockpit", *args], capture_output=True, text=True,
                           env=env, timeout=timeout)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from rlcockpit.integrations.prometheus import (
     render,
 )
 from rlcockpit.records import FindingRecord
-from server_testkit import RUN, ServerThread, build_store
+from server_testkit import ServerThread
+from storekit import RUN, build_store
 
 RULES = DEPLOY / "prometheus" / "rlcockpit-rules.yml"
 
@@ -117,7 +118,7 @@ def test_serve_metrics_scraped_by_real_prometheus_and_rules_fire(tmp_path) -> No
             cat = promql(prom, 'rlcockpit_reward_category_mean{run="run-a",category="math"}')
             assert float(cat[0]["value"][1]) == pytest.approx(0.2)
             red = promql(prom, 'rlcockpit_findings_total{run="run-a",severity="red"}')
-            assert [(r["metric"]["detector"], r["value"][1]) for r in red] == [("grad_spike", "1")]
+            assert [(r["metric"]["detector"], r["value"][1]) for r in red] == [("gradients", "1")]
             count = promql(prom, 'rlcockpit_phase_duration_seconds_count{run="run-a",rl_phase="rollout"}')
             assert float(count[0]["value"][1]) == 30
             q = promql(prom, 'histogram_quantile(0.5, sum by (le) (rlcockpit_phase_duration_seconds_bucket{run="run-a"}))')

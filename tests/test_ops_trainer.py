@@ -16,10 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ops_testkit import free_port
 from rlcockpit.integrations.logs import JsonFormatter, LokiHandler, TrainerLogLines
 from rlcockpit.integrations.tracing import TrainerTracer
 from rlcockpit.records import FindingRecord
+from server_testkit import free_port
 
 
 class LokiRecorder:

@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from rlcockpit.server.app import create_app
 from rlcockpit.server.settings import ServerSettings
-from server_testkit import LOCAL, OTHER, PER_STEP, RUN, STEPS, build_store
+from server_testkit import LOCAL
+from storekit import OTHER, PER_STEP, RUN, STEPS, build_store
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +176,7 @@ def test_findings_incidents_snapshots(client):
     (inc,) = ok(client, f"/api/runs/{RUN}/incidents")["items"]
     assert inc["incident"] == "inc-1" and inc["severity"] == "red"
     assert (inc["first_step"], inc["last_step"]) == (12, 16)
-    assert inc["detectors"] == ["kl_growth", "grad_spike"]  # the first-moving signal leads
+    assert inc["detectors"] == ["kl_trend", "gradients"]  # the first-moving signal leads
     assert inc["summary"] == "kl/mean moved 6 steps before grad/norm/actor"
     assert inc["summary_zh"] and inc["resolved"] is False and len(inc["findings"]) == 2
     (snap,) = inc["snapshots"]

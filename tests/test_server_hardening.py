@@ -318,7 +318,7 @@ def test_audit_chain_covers_ticket_and_user_state(world):
 
 
 def test_text_search_with_nul_matches_only_what_contains_it(tmp_path):
-    from server_testkit import build_store
+    from storekit import build_store
 
     uri = build_store(tmp_path)
     with ServerThread(create_app(ServerSettings(store=uri))) as url:
@@ -346,7 +346,7 @@ def test_a_read_only_store_can_be_listed(tmp_path):
     import sys
     import tempfile
 
-    from server_testkit import build_store
+    from storekit import build_store
 
     uri = build_store(tmp_path)
     folder = tempfile.mkdtemp(prefix="ro-store-")

@@ -63,7 +63,7 @@ def write_steps(run, steps: range, pause: float = 0.01) -> None:
         run.log(step, {"reward/mean": step * 0.1, "kl/mean": float("nan") if step == 7 else 0.1})
         run.phase(step, "ROLLOUT", "finished", duration_s=0.01)
         if step == 12:
-            run.finding(step=12, detector="kl_growth", severity="red", message="KL growing",
+            run.finding(step=12, detector="kl_trend", severity="red", message="KL growing",
                         incident="inc-12")
             run.event(12, "config_change", {"kl.coef": 0.1})
         run.commit(step)

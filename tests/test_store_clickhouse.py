@@ -45,7 +45,7 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def server_store(tmp_path_factory) -> str:
-    from server_testkit import build_store
+    from storekit import build_store
 
     return build_store(tmp_path_factory.mktemp("api"))
 

@@ -1,6 +1,6 @@
-"""Browser-test fixtures: a real uvicorn server (thread, free port) over a real SQLite store in
-tmp_path, Debian's chromium driven by Python Playwright, a page that fails the test on any console
-error, and a screenshot of every test under test-artifacts/.
+"""Browser-test fixtures: a real uvicorn server (server_testkit: thread, free port) over a real
+SQLite store in tmp_path (storekit), Debian's chromium driven by Python Playwright, a page that
+fails the test on any console error, and a screenshot of every test under test-artifacts/.
 
 Playwright's own browser download does not work here; we launch the system chromium
 (``make test`` installs it when missing)."""
@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from server_testkit import ServerThread, serve_store
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
@@ -35,43 +35,6 @@ def chromium_path() -> str:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LiveServer:
-    """create_app over ``uri`` served by uvicorn on its own thread."""
-
-    def __init__(self, uri: str, access: Any = None) -> None:
-        import uvicorn
-
-        from rlcockpit.server.app import create_app
-        from rlcockpit.server.settings import ServerSettings
-        from rlcockpit.store import open_store
-
-        self.port = free_port()
-        settings = ServerSettings(store=uri, port=self.port, sse_poll_s=0.1, keepalive_s=5.0)
-        self.store = open_store(uri)
-        app = create_app(settings, self.store, access=access)
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                timeout_graceful_shutdown=1)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="e2e-uvicorn", daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError(f"the test server did not start on port {self.port}")
-            time.sleep(0.02)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
@@ -84,11 +47,12 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def serve() -> Iterator[Any]:
-    """serve(uri, access=None) -> LiveServer; every server started here is stopped after the test."""
-    servers: list[LiveServer] = []
+    """serve(uri, access=None) -> a started ServerThread (server_testkit) over the store at ``uri``;
+    every server started here is stopped after the test."""
+    servers: list[ServerThread] = []
 
-    def start(uri: str, access: Any = None) -> LiveServer:
-        servers.append(LiveServer(uri, access))
+    def start(uri: str, access: Any = None) -> ServerThread:
+        servers.append(serve_store(uri, access=access, keepalive_s=5.0))
         return servers[-1]
 
     yield start

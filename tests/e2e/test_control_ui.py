@@ -10,34 +10,10 @@ import time
 
 import pytest
 
-from conftest import PageProbe, free_port, wait_for
+from conftest import PageProbe, wait_for
+from server_testkit import serve_store
 
 pytestmark = pytest.mark.timeout(300)
-
-
-class ControlServer:
-    """create_app with the control plane (as `rlcockpit serve` runs it), uvicorn on a thread."""
-
-    def __init__(self, uri: str, store, plane) -> None:
-        import uvicorn
-
-        from rlcockpit.server.app import create_app
-        from rlcockpit.server.auth import Access
-        from rlcockpit.server.settings import ServerSettings
-
-        port = free_port()
-        app = create_app(ServerSettings(store=uri, port=port, sse_poll_s=0.1), store, access=Access(plane),
-                         control=plane)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                                    timeout_graceful_shutdown=1))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        wait_for(lambda: self.server.started, timeout=20, what="the server")
-        self.url = f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture
@@ -62,7 +38,7 @@ def cockpit(tmp_path):
     thread.start()
     wait_for(lambda: trainer.telemetry is not None and plane.runs.list_runs()
              and plane.store.read_live_params(trainer.telemetry.run_id), timeout=120, what="the run to start")
-    server = ControlServer(cfg.telemetry.store, store, plane)
+    server = serve_store(cfg.telemetry.store, store, plane=plane)
     yield server, plane, tokens, trainer.telemetry.run_id
     trainer.live.stop(reason="test over")
     thread.join(timeout=60)

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import allow_console_error, free_port, wait_for
+from conftest import allow_console_error, wait_for
 from rlcockpit.cli._support.demo_users import ensure_demo_users, signin_link
 from rlcockpit.cli.demo import DemoServer
 from rlcockpit.records import LiveParamsRecord
 from rlcockpit.store import open_store
+from server_testkit import free_port
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -143,9 +143,8 @@ def docs_store(tmp_path_factory) -> tuple[str, str, str]:
     """The e2e fixture run (40 steps, an incident at 33) and a second run to compare it with."""
     import random
 
-    import storekit
-
     import rlcockpit
+    import storekit
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('docs') / 'runs.db'}"
     # storekit.build's run under a fixed id: the pictures do not change with the run id
@@ -169,10 +168,9 @@ def docs_store(tmp_path_factory) -> tuple[str, str, str]:
 
 @pytest.fixture(scope="module")
 def control_server(tmp_path_factory) -> Iterator[tuple[Any, Any]]:
-    from test_control_ui import ControlServer
-
     from control_testkit import RUN, build_world
     from rlcockpit.records import Batch, SampleRecord
+    from server_testkit import serve_store
 
     world = build_world(tmp_path_factory.mktemp("docs-control"))
     writer = world.store.writer()  # two samples the reward model's rule fallback flagged: the review queue
@@ -186,7 +184,7 @@ def control_server(tmp_path_factory) -> Iterator[tuple[Any, Any]]:
     writer.close()
     otto = world.plane.users.authenticate(world.tokens["otto"])
     world.plane.tickets.request(otto, RUN, "kl.coef", 0.2, "less drift")
-    server = ControlServer(world.uri, world.store, world.plane)
+    server = serve_store(world.uri, world.store, plane=world.plane)
     yield world, server
     server.stop()
 

@@ -20,9 +20,8 @@ SEVERITIES = ("yellow", "orange", "red", "black", "red", "yellow")
 def busy_store(tmp_path_factory) -> tuple[str, str]:
     """The fixture run (storekit) plus six alerts of every tier, a phase still running, and a
     save_batch ("batch") snapshot next to the diagnostic one."""
-    import storekit
-
     import rlcockpit
+    import storekit
     from rlcockpit.diagnostics.snapshots import batch_payload
     from rlcockpit.records import FindingRecord
 
@@ -100,12 +99,11 @@ def test_a_batch_snapshot_has_no_empty_panels_and_the_metric_window_is_one_chart
 
 
 def _control_world(tmp_path):
-    from test_control_ui import ControlServer
-
     from control_testkit import build_world
+    from server_testkit import serve_store
 
     world = build_world(tmp_path)
-    return world, ControlServer(world.uri, world.store, world.plane)
+    return world, serve_store(world.uri, world.store, plane=world.plane)
 
 
 def _sign_in(page, token):

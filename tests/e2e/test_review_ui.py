@@ -5,9 +5,9 @@ an audit entry and the sample moves from the open queue to the labelled one."""
 from __future__ import annotations
 
 import pytest
-from test_control_ui import ControlServer
 
 from conftest import wait_for
+from server_testkit import serve_store
 
 pytestmark = pytest.mark.timeout(180)
 RUN = "rm-run"
@@ -34,7 +34,7 @@ def cockpit(tmp_path):
     writer.close()
     plane = ControlPlane.over(store.control(), store.reader())
     token = plane.users.add("olga", "operator")[1]
-    server = ControlServer(uri, store, plane)
+    server = serve_store(uri, store, plane=plane)
     yield server, plane, token
     server.stop()
 

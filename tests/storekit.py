@@ -1,6 +1,15 @@
-"""Stores for the browser tests, written through the real SDK (rlcockpit.init / Run): a run with
-every dashboard metric, histograms, samples with per-token arrays, and an incident with a
-diagnostic snapshot built by rlcockpit.diagnostics.snapshots."""
+"""The synthetic stores of the tests, written through the real SDK (rlcockpit.init / Run): the one
+place a test gets a finished run without training one.
+
+- :func:`build`: a finished run that looks like training — every dashboard metric, two
+  histograms, samples with per-token arrays, an incident with a diagnostic snapshot built by
+  rlcockpit.diagnostics.snapshots (the browser tests, docs screenshots);
+- :func:`build_store`: two small runs full of edge cases for the API tests — a NaN metric, an
+  infinite reward, a phase still running, events, a checkpoint, an incident of two findings.
+
+The parts of :func:`build` (:func:`log_step`, :func:`step_metrics`, :func:`sample`,
+:func:`write_incident`) are there for tests that write their own run.
+"""
 
 from __future__ import annotations
 
@@ -83,3 +92,66 @@ def build(path: Path, steps: int = 30, incident_at: int | None = 25, seed: int =
             write_incident(run, step, rng)
     run.close()
     return uri, run.run_id
+
+
+# --------------------------------------------------------------------------- the API tests' store
+
+RUN = "run-a"
+OTHER = "run-b"
+STEPS = 30
+PER_STEP = 4
+API_CATEGORIES = ("math", "chat")
+
+
+def api_samples(step: int) -> list[SampleRecord]:
+    """PER_STEP samples; sample 3 of step 4 has an infinite reward, every sample 3 is truncated."""
+    out = []
+    for sid in range(PER_STEP):
+        n = 3 + sid
+        out.append(SampleRecord(
+            step=step, sample_id=sid, prompt=f"prompt {step}-{sid}",
+            response=("The ANSWER is " if sid % 2 else "no idea ") + str(step),
+            reward=math.inf if (step, sid) == (4, 3) else round(sid * 0.5 - 0.5, 3),
+            category=API_CATEGORIES[sid % 2], flags=("truncated",) if sid == 3 else (),
+            length=n, tokens=tuple(f"t{i}" for i in range(n)),
+            logprobs=tuple(-0.5 for _ in range(n)), ref_logprobs=tuple(-0.25 for _ in range(n)),
+            token_kl=tuple(0.25 for _ in range(n))))
+    return out
+
+
+def api_metrics(step: int) -> dict[str, float]:
+    """kl/mean is NaN at step 5; reward/mean jumps by 5 at step 17."""
+    return {"reward/mean": 0.1 * step + (5.0 if step == 17 else 0.0),
+            "kl/mean": math.nan if step == 5 else 0.01 * step,
+            "policy/entropy": 2.0 - 0.01 * step,
+            "reward/category/math/mean": 0.2, "reward/category/chat/mean": 0.4}
+
+
+def build_store(tmp_path: Path) -> str:
+    """Two runs: RUN with metrics, histograms, samples, phases, events, findings of two real
+    detectors (kl_trend, gradients) in one incident, a snapshot and a checkpoint; OTHER with
+    reward/mean only. Returns the store URI."""
+    uri = f"sqlite:///{tmp_path / 'server.db'}"
+    with rlcockpit.init(project="p", name="a", store=uri, run_id=RUN, config={"lr": 1e-5}) as run:
+        for step in range(STEPS):
+            run.phase(step, "ROLLOUT", "started")
+            run.log(step, api_metrics(step))
+            run.log_histogram(step, "reward/hist", [0.1 * step, 0.2, 0.3], bins=4)
+            run.log_samples(step, api_samples(step))
+            run.phase(step, "ROLLOUT", "finished", duration_s=0.1)
+        run.phase(STEPS - 1, "UPDATE", "started")
+        run.phase(STEPS - 1, "UPDATE", "running", progress=0.5)
+        run.finding(step=12, detector="kl_trend", severity="yellow", message="KL above target",
+                    evidence={"onset_step": 10, "signal": "kl/mean"}, incident="inc-1",
+                    patterns=("kl_explosion",))
+        run.finding(step=16, detector="gradients", severity="red", message="grad norm spike",
+                    evidence={"onset_step": 16, "signal": "grad/norm/actor"}, incident="inc-1")
+        run.snapshot(16, "diagnostic", {"grad_norm_hist": {"edges": [0, 1], "counts": [3],
+                                                           "steps": [16]}}, incident="inc-1")
+        run.event(10, "checkpoint", {"path": "ckpt-10"})
+        run.event(11, "config_change", {"kl.coef": 0.05})
+        run.checkpoint(10, "ckpt-10")
+    with rlcockpit.init(project="p", name="b", store=uri, run_id=OTHER) as run:
+        for step in range(10):
+            run.log(step, {"reward/mean": -0.1 * step})
+    return uri
