@@ -51,6 +51,13 @@ def test_every_live_parameter_phase_and_event_is_in_trainer_md():
     assert not missing, f"docs/trainer.md does not mention the event kinds {missing}"
 
 
+def test_every_trainer_module_is_in_the_where_each_part_lives_table():
+    table = TRAINER_MD.split("### Where each part lives", 1)[1].split("\n\n#", 1)[0]
+    named = set(re.findall(r"\| `([a-z_]+\.py)` \|$", table, flags=re.M))
+    package = {p.name for p in (ROOT / "src" / "rlcockpit" / "trainer").glob("*.py")} - {"__init__.py"}
+    assert named == package, f"docs/trainer.md: missing {sorted(package - named)}, gone {sorted(named - package)}"
+
+
 def test_train_help_lists_main_keys_and_points_to_the_docs():
     proc = subprocess.run([sys.executable, "-m", "rlcockpit", "train", "--help"], capture_output=True, text=True,
                           timeout=120)

@@ -2,10 +2,14 @@
 
     INIT → ROLLOUT → SCORE → ADVANTAGE → UPDATE → (EVAL) → DIAGNOSE → HOTFIX → (CHECKPOINT) → ROLLOUT …
 
-:meth:`Trainer.run` reads top to bottom; each phase is one method. Every phase is timed
-(``time/<phase>_s``), recorded as a phase record (started / finished / failed) and watched for
-overruns. Live parameters change only in HOTFIX. Everything a step measures is logged once per
-step, then the step is committed as one unit.
+:meth:`Trainer.run` reads top to bottom; each phase is one method, which times the phase and calls
+the module named after it: INIT ``setup.py``, ROLLOUT ``rollout.py``, SCORE ``score.py``, ADVANTAGE
+``advantage.py``, UPDATE ``update.py``, EVAL ``evaluation.py``, DIAGNOSE ``diagnosis.py``. HOTFIX,
+the boundary between two steps, reads here in :meth:`Trainer.hotfix`; the diagnostics' actions and
+the control link act on the trainer through its port (``port.py``), checkpoints are saved, restored
+and rolled back by ``checkpoint.py``. Every phase is timed (``time/<phase>_s``), recorded as a phase
+record (started / finished / failed) and watched for overruns. Live parameters change only in
+HOTFIX. Everything a step measures is logged once per step, then the step is committed as one unit.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ import torch
 
 from rlcockpit.config import to_dict
 from rlcockpit.metrics.cost import SCHEDULES, schedule_n
-from rlcockpit.metrics.rl import kl_per_token, logprobs_from_logits
 from rlcockpit.records import SampleRecord
+from rlcockpit.rewards import RewardFunction
 from rlcockpit.trainer import checkpoint as ckpt
 from rlcockpit.trainer import step_metrics as sm
 from rlcockpit.trainer.advantage import Normalizers, compute_advantages
@@ -35,8 +39,9 @@ from rlcockpit.trainer.diagnosis import Diagnosis
 from rlcockpit.trainer.evaluation import Evaluator
 from rlcockpit.trainer.live import LiveControl, LiveParams, PendingChange
 from rlcockpit.trainer.phases import PhaseClock
-from rlcockpit.trainer.rollout import response_logits, response_values, sample_responses
+from rlcockpit.trainer.rollout import sample_responses
 from rlcockpit.trainer.samples import TokenText, build_samples, histogram_values
+from rlcockpit.trainer.score import score_batch
 from rlcockpit.trainer.setup import Models, Prompts, build_components
 from rlcockpit.trainer.step import StepState
 from rlcockpit.trainer.update import Updater
@@ -80,7 +85,7 @@ class Trainer:
         # built in INIT (trainer/setup.py)
         self.models: Models | None = None  # tokenizer, actor, frozen reference, critic
         self.prompts: Prompts | None = None  # training source and validation prompts
-        self.reward_fn: Any = None
+        self.reward_fn: RewardFunction | None = None
         self.controllers: Controllers | None = None  # beta and epsilon between steps
         self.normalizers: Normalizers | None = None  # running reward and value normalisation
         self.step = 0
@@ -191,21 +196,9 @@ class Trainer:
 
     def score(self, state: StepState) -> None:
         """Rewards, old and reference logprobs, critic values (frozen forward passes, no grad)."""
-        with self.clock.phase("SCORE", state.step), torch.no_grad():
-            m, temperature = self.models, self.live.params.temperature
-            state.scored = self.reward_fn([it.prompt for it in state.items], state.responses,
-                                          [it.meta for it in state.items], state.step)
-            ids = state.batch.response_ids
-            state.old_logprobs = state.batch.logprobs  # recorded while sampling: no second actor pass
-            if state.old_logprobs is None:
-                state.old_logprobs = logprobs_from_logits(response_logits(m.actor, state.batch, temperature), ids)
-            state.ref_logprobs = logprobs_from_logits(response_logits(m.reference, state.batch, temperature), ids)
-            kl = kl_per_token(state.old_logprobs, state.ref_logprobs, self.cfg.kl.estimator)
-            state.token_kl = torch.where(state.mask != 0, kl, torch.zeros_like(kl))
-            if m.critic is not None:
-                state.values = response_values(m.critic, state.batch)
-                vn = self.normalizers.value
-                state.values_real = vn.denormalize(state.values).float() if vn else state.values
+        with self.clock.phase("SCORE", state.step):
+            score_batch(state, models=self.models, reward_fn=self.reward_fn, temperature=self.live.params.temperature,
+                        kl_estimator=self.cfg.kl.estimator, value_norm=self.normalizers.value)
 
     def advantage(self, state: StepState) -> None:
         with self.clock.phase("ADVANTAGE", state.step):
