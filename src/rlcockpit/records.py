@@ -190,13 +190,7 @@ def json_safe(v: Any) -> Any:
     """Plain JSON data for typed number fields: NaN / ±inf become None (JSON has neither),
     mappings get string keys, tuples become lists. The API's and the control store's converter;
     a value JSON must keep as it was goes through :func:`encode_value` first."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, Mapping):
-        return {str(k): json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [json_safe(x) for x in v]
-    return v
+    return _plain_json(v, _as_null)
 
 
 NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -205,17 +199,25 @@ NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 def encode_value(value: Any) -> Any:
     """A strict-JSON copy of ``value``: non-finite floats as ``"NaN"`` / ``"Infinity"`` /
     ``"-Infinity"``, mappings with string keys, tuples as lists."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): encode_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [encode_value(v) for v in value]
-    return value
+    return _plain_json(value, _nonfinite_name)
+
+
+def _as_null(_: float) -> None:
+    return None
+
+
+def _nonfinite_name(v: float) -> str:
+    return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+
+
+def _plain_json(v: Any, nonfinite: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return nonfinite(v)
+    if isinstance(v, Mapping):
+        return {str(k): _plain_json(x, nonfinite) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain_json(x, nonfinite) for x in v]
+    return v
 
 
 def decode_float(value: Any) -> float | None:
