@@ -23,6 +23,7 @@ from rlcockpit.control.errors import AuthError
 from rlcockpit.server.auth import ANONYMOUS
 from rlcockpit.server.settings import ServerSettings
 from rlcockpit.server.workers import nice_this_thread
+from rlcockpit.store.base import DiagnosticsReader, RunReader, SampleReader, StoreReader
 
 
 @functools.cache
@@ -52,7 +53,8 @@ def get_settings(request: Request) -> ServerSettings:
 
 
 class TimedReader:
-    """The app's store reader, each call bounded by the request's deadline.
+    """The app's store reader, each call bounded by the request's deadline (every role of
+    :class:`~rlcockpit.store.base.StoreReader`; a route's annotation names the role it reads).
 
     The deadline is fixed when the request starts (``query_timeout_s`` from then); every read
     the route makes shares it, so a route that makes five reads still answers in time. The
@@ -60,7 +62,7 @@ class TimedReader:
     thread's connection), so one heavy request never slows the others.
     """
 
-    def __init__(self, reader: Any, limit_s: float, niceness: int = 0) -> None:
+    def __init__(self, reader: StoreReader, limit_s: float, niceness: int = 0) -> None:
         self._reader = reader
         self._limit_s = limit_s
         self._at = time.monotonic() + limit_s
@@ -78,11 +80,8 @@ class TimedReader:
 
         return call
 
-    def _deadline(self) -> contextlib.AbstractContextManager:
-        deadline = getattr(self._reader, "deadline", None)
-        if deadline is None:  # a backend without interruptible queries
-            return contextlib.nullcontext()
-        return deadline(self._at - time.monotonic(), limit_s=self._limit_s)
+    def _deadline(self) -> contextlib.AbstractContextManager[None]:
+        return self._reader.deadline(self._at - time.monotonic(), limit_s=self._limit_s)
 
 
 def get_plane(request: Request) -> ControlPlane:
@@ -95,7 +94,10 @@ def get_reader(request: Request) -> TimedReader:
     return TimedReader(state.reader, state.settings.query_timeout_s, state.settings.worker_nice)
 
 
-Reader = Annotated[TimedReader, Depends(get_reader)]
+Reader = Annotated[StoreReader, Depends(get_reader)]  # every role (e.g. the cost ledger's reads)
+Runs = Annotated[RunReader, Depends(get_reader)]
+Samples = Annotated[SampleReader, Depends(get_reader)]
+Diagnostics = Annotated[DiagnosticsReader, Depends(get_reader)]
 Settings = Annotated[ServerSettings, Depends(get_settings)]
 Plane = Annotated[ControlPlane, Depends(get_plane)]
 Viewer = Annotated[Principal, Depends(require_viewer)]

@@ -12,15 +12,20 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rlcockpit.records import to_dict
 from rlcockpit.server.cursor import Cursor, encode
 from rlcockpit.server.responses import json_safe
+from rlcockpit.store.base import RunReader, StoreReader, TailReader
 
 STEPS_PER_POLL = 200
 ROWS_PER_POLL = 500
 KINDS = (("findings", "finding"), ("phases", "phase"), ("events", "event"))
+
+
+class TailSource(RunReader, TailReader, Protocol):
+    """What a tail reads: the run's status (``get_run``) and what was written after its cursor."""
 
 
 def message(kind: str, cursor: Cursor | None, data: Any) -> str:
@@ -47,7 +52,7 @@ class SharedReads:
     CACHED = ("rows_after", "steps_after", "step_metrics")  # not get_run: a status change shows at once
     MAX_ENTRIES = 4096
 
-    def __init__(self, reader: Any, *, ttl_s: float) -> None:
+    def __init__(self, reader: StoreReader, *, ttl_s: float) -> None:
         self.reader = reader
         self.ttl_s = ttl_s
         self._data: dict[tuple, tuple[float, Any]] = {}
@@ -99,14 +104,14 @@ class Poll:
 class Tail:
     """The stream's state: the run, the cursor and the last run status sent."""
 
-    def __init__(self, reader: Any, run_id: str, cursor: Cursor) -> None:
+    def __init__(self, reader: TailSource, run_id: str, cursor: Cursor) -> None:
         self.reader = reader
         self.run_id = run_id
         self.cursor = cursor
         self.status: str | None = None
 
     @classmethod
-    def start(cls, reader: Any, run_id: str, *, cursor: Cursor | None,
+    def start(cls, reader: TailSource, run_id: str, *, cursor: Cursor | None,
               after_step: int | None) -> Tail:
         """Resume at ``cursor``; else start after ``after_step``: its later steps and every
         finding, phase and event of a later step. Without either, start at the present (only

@@ -14,13 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlcockpit.store.base import (
+    DiagnosticsReader,
+    RunReader,
     RunSummary,
     SampleHistogram,
     SamplePage,
     SampleQuery,
+    SampleReader,
     Series,
     StoreReader,
     StoreWriter,
+    TailReader,
 )
 from rlcockpit.store.uri import AVAILABLE_SCHEMES, VALID_SCHEMES, parse_store_uri
 
@@ -62,12 +66,16 @@ def open_store(uri: str | Path, *, create: bool = True, read_only: bool = False
 __all__ = [
     "AVAILABLE_SCHEMES",
     "VALID_SCHEMES",
+    "DiagnosticsReader",
+    "RunReader",
     "RunSummary",
     "SampleHistogram",
     "SamplePage",
     "SampleQuery",
+    "SampleReader",
     "Series",
     "StoreReader",
     "StoreWriter",
+    "TailReader",
     "open_store",
 ]

@@ -4,6 +4,7 @@ other layer sees only these protocols and the records of :mod:`rlcockpit.records
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -117,14 +118,21 @@ class StoreWriter(Protocol):
     def close(self) -> None: ...
 
 
+# The read side, split into the roles its callers use. Each backend's reader implements every
+# role (StoreReader); a caller names the role it needs, so what it reads is visible in its signature.
+
+
 @runtime_checkable
-class StoreReader(Protocol):
-    """Read side; safe to use from other threads and processes while a writer writes."""
+class RunReader(Protocol):
+    """Runs and their metrics: the runs table, the dashboard's curves and histograms, the comparison
+    (server ``routes/runs.py``, exporters, ``store copy``)."""
 
     def list_runs(self) -> list[RunInfo]: ...
 
     def get_run(self, run_id: str) -> RunInfo:
         """Raises NotFoundError for an unknown run."""
+
+    def summary(self, run_id: str) -> RunSummary: ...
 
     def metric_names(self, run_id: str) -> list[str]: ...
 
@@ -150,6 +158,11 @@ class StoreReader(Protocol):
         """Ascending steps; ``max_points`` keeps that many evenly spaced steps (first and last
         included)."""
 
+
+@runtime_checkable
+class SampleReader(Protocol):
+    """Rollout samples: the sample explorer (``routes/samples.py``), the review queue, exports."""
+
     def query_samples(self, run_id: str, query: SampleQuery) -> SamplePage:
         """Filtered page; ties in the order are broken by (step, sample_id)."""
 
@@ -161,6 +174,12 @@ class StoreReader(Protocol):
         store."""
 
     def get_sample(self, run_id: str, step: int, sample_id: int) -> SampleRecord: ...
+
+
+@runtime_checkable
+class DiagnosticsReader(Protocol):
+    """What was recorded beside the metrics: findings, snapshots, phases, events and checkpoints (the
+    alerts page, ``routes/diagnostics.py``; rollback targets; ``rlcockpit doctor``)."""
 
     def read_events(
         self, run_id: str, *, kinds: Sequence[str] | None = None, step_min: int | None = None,
@@ -186,9 +205,10 @@ class StoreReader(Protocol):
 
     def read_checkpoints(self, run_id: str) -> list[CheckpointRecord]: ...
 
-    def summary(self, run_id: str) -> RunSummary: ...
 
-    # the live tail (the server's SSE stream): what was written after a cursor
+@runtime_checkable
+class TailReader(Protocol):
+    """The live tail (the server's SSE stream, ``server/tail.py``): what was written after a cursor."""
 
     def steps_after(self, run_id: str, after_step: int | None, *, limit: int = 1000
                     ) -> list[tuple[int, float]]:
@@ -209,6 +229,19 @@ class StoreReader(Protocol):
         """Where a live tail starts: per kind, the row id just before the first row of a step
         above ``after_step`` (None: the highest id); ``"step"``: ``after_step`` or the last
         complete step."""
+
+
+@runtime_checkable
+class StoreReader(RunReader, SampleReader, DiagnosticsReader, TailReader, Protocol):
+    """Every read role of one store; safe to use from other threads and processes while a writer
+    writes. What the server holds (bounding each request's reads with :meth:`deadline`) and what
+    ``open_store(uri).reader()`` returns."""
+
+    def deadline(self, seconds: float | None, *, limit_s: float | None = None
+                 ) -> AbstractContextManager[None]:
+        """A context manager: this thread's reads that run past ``seconds`` from now stop with
+        :class:`~rlcockpit.errors.QueryTimeoutError` (the server's 504); other threads' reads run
+        on. ``None``: no limit; ``limit_s`` is the limit the error names (default ``seconds``)."""
 
     def close(self) -> None: ...
 

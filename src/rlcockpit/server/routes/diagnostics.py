@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Path, Query
 
 from rlcockpit.diagnostics.incidents import Incident, group
 from rlcockpit.records import SEVERITIES, PhaseRecord, SnapshotRecord, to_dict
-from rlcockpit.server.deps import Reader, require_viewer
+from rlcockpit.server.deps import Diagnostics, require_viewer
 from rlcockpit.server.query import I64_MAX, I64_MIN, choices, csv, csv_of
 from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
 
@@ -20,7 +20,7 @@ Limit = Annotated[int, Query(ge=0, le=100_000, description="most recent items at
 
 
 @router.get("/findings", summary="Diagnostic findings (with their incident and status)")
-def findings(run: str, reader: Reader,
+def findings(run: str, reader: Diagnostics,
              step_min: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="first step")
                                  ] = None,
              severities: Annotated[str | None, Query(pattern=csv_of(SEVERITIES),
@@ -35,7 +35,7 @@ def findings(run: str, reader: Reader,
 
 @router.get("/incidents", summary="Findings grouped into incidents, newest first, each with "
                                   "its first-moving signal and its snapshots")
-def incidents(run: str, reader: Reader) -> SafeJSONResponse:
+def incidents(run: str, reader: Diagnostics) -> SafeJSONResponse:
     grouped = group(reader.read_findings(run))
     by_incident: dict[str, list[dict]] = {}
     for snap in reader.read_snapshots(run):
@@ -46,27 +46,27 @@ def incidents(run: str, reader: Reader) -> SafeJSONResponse:
 
 
 @router.get("/snapshots", summary="Diagnostic snapshots (without payloads)")
-def snapshots(run: str, reader: Reader) -> SafeJSONResponse:
+def snapshots(run: str, reader: Diagnostics) -> SafeJSONResponse:
     return json_response({"items": [_snapshot(s) for s in reader.read_snapshots(run)]})
 
 
 @router.get("/snapshots/{snapshot_id}", summary="One snapshot with its payload (gradient "
                                                 "histograms, heatmaps, batch, last samples...)")
-def snapshot(run: str, snapshot_id: Annotated[int, Path(ge=I64_MIN, le=I64_MAX)], reader: Reader
+def snapshot(run: str, snapshot_id: Annotated[int, Path(ge=I64_MIN, le=I64_MAX)], reader: Diagnostics
              ) -> SafeJSONResponse:
     snap = reader.get_snapshot(run, snapshot_id)
     return json_response({**_snapshot(snap), "payload": dict(snap.payload)})
 
 
 @router.get("/phases", summary="Recent phase records and the current phase with its progress")
-def phases(run: str, reader: Reader, limit: Limit = 50) -> SafeJSONResponse:
+def phases(run: str, reader: Diagnostics, limit: Limit = 50) -> SafeJSONResponse:
     found = reader.read_phases(run, limit=max(limit, 1))
     items = found[-limit:] if limit else []
     return json_response({"items": [to_dict(p) for p in items], "current": current_phase(found)})
 
 
 @router.get("/events", summary="Run events (checkpoints, config changes, warnings...)")
-def events(run: str, reader: Reader,
+def events(run: str, reader: Diagnostics,
            kinds: Annotated[str | None, Query(description="comma-separated event kinds")] = None,
            limit: Limit = 100) -> SafeJSONResponse:
     found = reader.read_events(run, kinds=csv(kinds) or None, limit=limit)
@@ -74,7 +74,7 @@ def events(run: str, reader: Reader,
 
 
 @router.get("/checkpoints", summary="Checkpoints written by the trainer")
-def checkpoints(run: str, reader: Reader) -> SafeJSONResponse:
+def checkpoints(run: str, reader: Diagnostics) -> SafeJSONResponse:
     return json_response({"items": [to_dict(c) for c in reader.read_checkpoints(run)]})
 
 

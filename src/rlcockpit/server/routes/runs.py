@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query
 
 from rlcockpit._version import __version__
 from rlcockpit.records import to_dict
-from rlcockpit.server.deps import Reader, Settings, require_viewer
+from rlcockpit.server.deps import Runs, Settings, require_viewer
 from rlcockpit.server.errors import ParameterError
 from rlcockpit.server.query import (
     I64_MAX,
@@ -36,7 +36,7 @@ def health(settings: Settings) -> SafeJSONResponse:
 
 
 @router.get("/runs", summary="Every run in the store, newest first")
-def list_runs(reader: Reader,
+def list_runs(reader: Runs,
               config: Annotated[bool, Query(description="include each run's config (the runs "
                                                          "table's config columns and diff)")] = False,
               ) -> SafeJSONResponse:
@@ -45,7 +45,7 @@ def list_runs(reader: Reader,
 
 @router.get("/runs/{run}", summary="One run: info and config, step range, metric and histogram "
                                    "names, sample count, findings by severity, dropped records")
-def run_summary(run: str, reader: Reader) -> SafeJSONResponse:
+def run_summary(run: str, reader: Runs) -> SafeJSONResponse:
     s = reader.summary(run)
     return json_response({
         "run": to_dict(s.run), "steps": s.steps, "first_step": s.first_step,
@@ -65,7 +65,7 @@ def metric_units(names) -> dict[str, str]:
 
 @router.get("/runs/{run}/series", summary="Metric curves, downsampled on the server (every "
                                           "bucket keeps its min and max, so spikes survive)")
-def series(run: str, reader: Reader, settings: Settings,
+def series(run: str, reader: Runs, settings: Settings,
            names: Annotated[str, Query(description="comma-separated metric names; a `*` "
                                                   "matches any text, e.g. reward/category/*; "
                                                   "empty: no curves")],
@@ -82,7 +82,7 @@ def series(run: str, reader: Reader, settings: Settings,
 
 
 @router.get("/runs/{run}/latest", summary="The most recent value of each metric")
-def latest(run: str, reader: Reader, settings: Settings,
+def latest(run: str, reader: Runs, settings: Settings,
            names: Annotated[str | None, Query(description="comma-separated names (wildcards "
                                                          "allowed); all metrics when omitted")
                             ] = None) -> SafeJSONResponse:
@@ -96,7 +96,7 @@ def latest(run: str, reader: Reader, settings: Settings,
 
 
 @router.get("/runs/{run}/histograms", summary="One histogram's distributions over time")
-def histograms(run: str, reader: Reader, settings: Settings,
+def histograms(run: str, reader: Runs, settings: Settings,
                name: Annotated[str, Query(description="histogram name, e.g. reward/hist")],
                step_min: StepMin = None, step_max: StepMax = None,
                max_points: Annotated[int | None, Query(ge=2, le=I64_MAX, description="evenly spaced steps "
@@ -113,7 +113,7 @@ def histograms(run: str, reader: Reader, settings: Settings,
 
 @router.get("/runs/{run}/categories", summary="Prompt categories of the run (from the "
                                               "reward/category/<c>/mean metrics)")
-def categories(run: str, reader: Reader) -> SafeJSONResponse:
+def categories(run: str, reader: Runs) -> SafeJSONResponse:
     names = reader.metric_names(run)
     found = [n[len(CATEGORY_PREFIX):-len(CATEGORY_SUFFIX)] for n in names
              if n.startswith(CATEGORY_PREFIX) and n.endswith(CATEGORY_SUFFIX)]
@@ -121,7 +121,7 @@ def categories(run: str, reader: Reader) -> SafeJSONResponse:
 
 
 @router.get("/compare", summary="The same metrics of several runs, for overlaying curves")
-def compare(reader: Reader, settings: Settings,
+def compare(reader: Runs, settings: Settings,
             runs: Annotated[str, Query(pattern=r"[^,\s]", description="comma-separated run ids")],
             names: Annotated[str, Query(description="comma-separated metric names (wildcards "
                                                     "allowed); empty: no curves")],
@@ -142,6 +142,6 @@ def compare(reader: Reader, settings: Settings,
     return json_response({"runs": out})
 
 
-def _metric_names(reader: Reader, run: str, names: str | None) -> list[str]:
+def _metric_names(reader: Runs, run: str, names: str | None) -> list[str]:
     """The run's metric names, read only when a wildcard needs them."""
     return reader.metric_names(run) if names and "*" in names else []

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from rlcockpit.server.deps import Reader, require_viewer
+from rlcockpit.server.deps import Samples, require_viewer
 from rlcockpit.server.query import I64_MAX, I64_MIN, check_range, csv
 from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
 from rlcockpit.server.serialize import sample_dict
@@ -23,7 +23,7 @@ MAX_PAGE = 1000
 
 @router.get("/samples", summary="A filtered, stably ordered page of samples")
 def samples(
-    run: str, reader: Reader,
+    run: str, reader: Samples,
     step_min: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="first step (inclusive)")
                         ] = None,
     step_max: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="last step (inclusive)")
@@ -63,14 +63,14 @@ def samples(
 @router.get("/samples/{step}/{sample_id}", summary="One sample with its per-token arrays "
                                                   "(tokens, logprobs, ref_logprobs, token_kl)")
 def sample(run: str, step: Annotated[int, Path(ge=I64_MIN, le=I64_MAX)],
-           sample_id: Annotated[int, Path(ge=I64_MIN, le=I64_MAX)], reader: Reader) -> SafeJSONResponse:
+           sample_id: Annotated[int, Path(ge=I64_MIN, le=I64_MAX)], reader: Samples) -> SafeJSONResponse:
     return json_response(sample_dict(reader.get_sample(run, step, sample_id), token_arrays=True))
 
 
 @router.get("/sample_histogram", summary="Histogram of one numeric sample field over a step "
                                          "range, computed by the store")
 def sample_histogram(
-    run: str, reader: Reader,
+    run: str, reader: Samples,
     field: Annotated[Field, Query(description="sample field to bin")] = "reward",
     bins: Annotated[int, Query(ge=1, le=1000, description="number of bins")] = 50,
     step_min: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX)] = None,
