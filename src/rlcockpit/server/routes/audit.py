@@ -5,20 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from rlcockpit.records import to_dict
 from rlcockpit.server.deps import Plane, Viewer
 from rlcockpit.server.query import I64_MAX
-from rlcockpit.server.responses import (
-    CONTROL_ERRORS,
-    SafeJSONResponse,
-    error_responses,
-    json_response,
-)
+from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.routes.base import control_router
 
-router = APIRouter(prefix="/api", tags=["control"], default_response_class=SafeJSONResponse,
-                   responses=error_responses(*CONTROL_ERRORS))
+router = control_router("/api", "control")
 
 
 @router.get("/audit", summary="The audit log (append-only, hash-chained), oldest first")

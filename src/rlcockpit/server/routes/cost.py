@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import Query
 
 from rlcockpit.metrics.cost import ledger_for_run
-from rlcockpit.server.deps import Reader, require_viewer
-from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
+from rlcockpit.server.deps import Reader
+from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.routes.base import read_router
 
-router = APIRouter(prefix="/api", tags=["cost"], dependencies=[Depends(require_viewer)],
-                   default_response_class=SafeJSONResponse, responses=error_responses(*READ_ERRORS))
+router = read_router("/api", "cost")
 
 
 @router.get("/runs/{run}/cost", summary="The run's cost ledger: tokens generated and trained, "

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import Path, Query
 
 from rlcockpit.diagnostics.incidents import Incident, group
 from rlcockpit.records import SEVERITIES, PhaseRecord, SnapshotRecord, to_dict
-from rlcockpit.server.deps import Diagnostics, require_viewer
+from rlcockpit.server.deps import Diagnostics
 from rlcockpit.server.query import I64_MAX, I64_MIN, choices, csv, csv_of
-from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
+from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.routes.base import read_router
 
-router = APIRouter(prefix="/api/runs/{run}", tags=["diagnostics"],
-                   dependencies=[Depends(require_viewer)], default_response_class=SafeJSONResponse,
-                   responses=error_responses(*READ_ERRORS))
+router = read_router("/api/runs/{run}", "diagnostics")
 
 Limit = Annotated[int, Query(ge=0, le=100_000, description="most recent items at most")]
 

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Request
+from fastapi import Body, Request
 
 from rlcockpit.errors import StoreError
-from rlcockpit.server.deps import require_viewer
 from rlcockpit.server.errors import ParameterError
-from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
+from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.routes.base import read_router
 from rlcockpit.store.layouts import Layout, encode
 
-router = APIRouter(prefix="/api", tags=["layouts"], dependencies=[Depends(require_viewer)],
-                   default_response_class=SafeJSONResponse,
-                   responses=error_responses(*READ_ERRORS))
+router = read_router("/api", "layouts")
 
 MAX_PANELS = 200
 _NAMES = {"type": "array", "items": {"type": "string"}}

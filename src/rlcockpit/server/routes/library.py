@@ -9,22 +9,14 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import Query
 
-from rlcockpit.server.deps import require_viewer
 from rlcockpit.server.errors import LibraryUnavailable
 from rlcockpit.server.library_sources import public_sources
-from rlcockpit.server.responses import (
-    READ_ERRORS,
-    SafeJSONResponse,
-    error_responses,
-    json_response,
-    json_safe,
-)
+from rlcockpit.server.responses import SafeJSONResponse, json_response, json_safe
+from rlcockpit.server.routes.base import read_router
 
-router = APIRouter(prefix="/api/library", tags=["library"],
-                   dependencies=[Depends(require_viewer)], default_response_class=SafeJSONResponse,
-                   responses=error_responses(*READ_ERRORS, 503))
+router = read_router("/api/library", "library", 503)
 
 
 @router.get("/search", summary="Search the failure library in Chinese or English")

@@ -6,23 +6,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Query
+from fastapi import Body, Depends, Path, Query
 
 from rlcockpit.control.errors import TicketError
 from rlcockpit.control.review import LABELS, ReviewQueue, label_dict
 from rlcockpit.server.deps import Operator, Plane, Viewer
 from rlcockpit.server.query import I64_MAX, I64_MIN
-from rlcockpit.server.responses import (
-    CONTROL_ERRORS,
-    SafeJSONResponse,
-    error_responses,
-    json_response,
-)
+from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.routes.base import control_router
 from rlcockpit.server.serialize import sample_dict
 
-router = APIRouter(prefix="/api/runs/{run}/review", tags=["review"],
-                   default_response_class=SafeJSONResponse,
-                   responses=error_responses(*CONTROL_ERRORS))
+router = control_router("/api/runs/{run}/review", "review")
 
 
 def _queue(plane: Plane) -> ReviewQueue:

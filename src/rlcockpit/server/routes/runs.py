@@ -4,26 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import Query
 
 from rlcockpit._version import __version__
 from rlcockpit.records import to_dict
-from rlcockpit.server.deps import Runs, Settings, require_viewer
+from rlcockpit.server.deps import Runs, Settings
 from rlcockpit.server.errors import ParameterError
-from rlcockpit.server.query import (
-    I64_MAX,
-    I64_MIN,
-    check_cap,
-    check_range,
-    csv,
-    expand_names,
-)
-from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
+from rlcockpit.server.query import I64_MAX, I64_MIN, check_cap, check_range, csv, expand_names
+from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.routes.base import read_router
 from rlcockpit.server.serialize import run_item, series_dict
 
-router = APIRouter(prefix="/api", tags=["runs"], dependencies=[Depends(require_viewer)],
-                   default_response_class=SafeJSONResponse,
-                   responses=error_responses(*READ_ERRORS))
+router = read_router("/api", "runs")
 
 StepMin = Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="first step (inclusive)")]
 StepMax = Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX, description="last step (inclusive)")]

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import Path, Query
 
-from rlcockpit.server.deps import Samples, require_viewer
+from rlcockpit.server.deps import Samples
 from rlcockpit.server.query import I64_MAX, I64_MIN, check_range, csv
-from rlcockpit.server.responses import READ_ERRORS, SafeJSONResponse, error_responses, json_response
+from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.routes.base import read_router
 from rlcockpit.server.serialize import sample_dict
 from rlcockpit.store.base import SAMPLE_HISTOGRAM_FIELDS, SampleQuery
 
-router = APIRouter(prefix="/api/runs/{run}", tags=["samples"],
-                   dependencies=[Depends(require_viewer)], default_response_class=SafeJSONResponse,
-                   responses=error_responses(*READ_ERRORS))
+router = read_router("/api/runs/{run}", "samples")
 
 Order = Literal["step_asc", "step_desc", "reward_asc", "reward_desc"]
 Field = Literal[SAMPLE_HISTOGRAM_FIELDS]  # type: ignore[valid-type]

@@ -16,21 +16,19 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from rlcockpit.errors import RlcockpitError
 from rlcockpit.server.cursor import Cursor, decode
-from rlcockpit.server.deps import require_viewer
 from rlcockpit.server.query import I64_MAX, I64_MIN
-from rlcockpit.server.responses import READ_ERRORS, error_responses
+from rlcockpit.server.routes.base import read_router
 from rlcockpit.server.settings import ServerSettings
 from rlcockpit.server.tail import Tail, keepalive, message
 from rlcockpit.server.workers import nice_this_thread
 
-router = APIRouter(prefix="/api/runs/{run}", tags=["stream"], dependencies=[Depends(require_viewer)],
-                   responses=error_responses(*READ_ERRORS, 503))
+router = read_router("/api/runs/{run}", "stream", 503)
 THREAD_PREFIX = "rlcockpit-sse"
 RETRY_MS = 2000
 NO_ID = ("null", "undefined")

@@ -11,22 +11,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Query
+from fastapi import Body, Path, Query
 
 from rlcockpit.control import COMMANDS
 from rlcockpit.control.errors import TicketError
 from rlcockpit.records import TICKET_STATUSES, to_dict
 from rlcockpit.server.deps import Approver, Operator, Plane, Viewer
 from rlcockpit.server.query import I64_MAX, I64_MIN, choices, csv_of
-from rlcockpit.server.responses import (
-    CONTROL_ERRORS,
-    SafeJSONResponse,
-    error_responses,
-    json_response,
-)
+from rlcockpit.server.responses import SafeJSONResponse, json_response
+from rlcockpit.server.routes.base import control_router
 
-router = APIRouter(prefix="/api", tags=["control"], default_response_class=SafeJSONResponse,
-                   responses=error_responses(*CONTROL_ERRORS))
+router = control_router("/api", "control")
 
 JsonBody = Annotated[dict[str, Any] | None, Body()]
 TicketId = Annotated[int, Path(ge=I64_MIN, le=I64_MAX)]
