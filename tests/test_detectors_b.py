@@ -17,6 +17,7 @@ from rlcockpit.diagnostics.detectors.reward_oscillation import acf
 from rlcockpit.diagnostics.stats import (
     Lagged,
     bimodality_coefficient,
+    cusum,
     excess_kurtosis,
     skewness,
     spearman,
@@ -235,6 +236,52 @@ def test_rm_component_bias_shift_at_the_first_judged_step_meets_a_clean_sample_p
         steps.append((metrics, [sample(i, j, 0.0, components=c) for j, c in enumerate(comps)]))
     step, cond = first(make("rm_component_bias"), steps)
     assert step == 10 and cond.key == "helpfulness" and cond.evidence["ks_p"] < 1e-6
+
+
+def test_cusum_matches_the_max_suffix_sum_on_random_series():
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        z = rng.normal(rng.normal(0, 1), 1.5, size=int(rng.integers(1, 15)))
+        k = float(rng.uniform(0, 1))
+        up = max([0.0] + [float(np.sum(z[j:] - k)) for j in range(len(z))])
+        down = max([0.0] + [float(np.sum(-z[j:] - k)) for j in range(len(z))])
+        assert cusum(z.tolist(), k) == pytest.approx((up, down), abs=1e-9)
+
+
+def _drift_steps(n=60, at=30, per_step=0.03, sparse=False):
+    """Three components with samples; from ``at`` on 'helpfulness' drifts by ``per_step`` a step
+    on every sample (a drifting head) or, ``sparse``, 'harmlessness' is earned by more and more
+    answers (a skill learned: its low quartile stays at 0)."""
+    rng = np.random.default_rng(8)
+    steps = []
+    for i in range(n):
+        drift = per_step * max(0, i - at + 1)
+        comps = [{"helpfulness": float(rng.normal(0.5, 0.3)) + (0.0 if sparse else drift),
+                  "correctness": float(rng.choice([0.0, 1.0])),
+                  "harmlessness": float(rng.random() < 0.1 + (drift if sparse else 0.0))}
+                 for _ in range(32)]
+        metrics = {"reward/std": 0.5, **{f"reward/{c}/mean": float(np.mean([x[c] for x in comps]))
+                                         for c in comps[0]}}
+        steps.append((metrics, [sample(i, j, 0.0, components=c) for j, c in enumerate(comps)]))
+    return steps
+
+
+def test_rm_component_bias_slow_drift_is_yellow_before_the_level_jump():
+    steps = _drift_steps()
+    step, cond = first(make("rm_component_bias"), steps, key="helpfulness/drift")
+    assert cond.severity == "yellow" and cond.evidence["cusum"] >= cond.evidence["cusum_threshold"]
+    level, _ = first(make("rm_component_bias"), steps, key="helpfulness")
+    assert 30 < step < 45 and (level is None or step < level)
+    # before the drift began: quiet
+    assert not [c for _, c in conditions(make("rm_component_bias"), steps[:30])]
+
+
+def test_rm_component_bias_drift_quiet_for_a_sparse_component_being_learned():
+    steps = _drift_steps(per_step=0.01, sparse=True)  # 10% -> 40% of the answers earn it
+    assert first(make("rm_component_bias"), steps, key="harmlessness/drift") == (None, None)
+    # the mean did drift: without the every-sample check (and the level check) it would be reported
+    assert first(make("rm_component_bias", median_frac=0.0, z_jump=1e6), steps,
+                 key="harmlessness/drift")[0] is not None
 
 
 def _observe_b(run_name):

@@ -214,3 +214,18 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     if sa == 0 or sb == 0:
         return 0.0
     return float(np.mean((ra - ra.mean()) * (rb - rb.mean())) / (sa * sb))
+
+
+def cusum(z: Sequence[float], k: float) -> tuple[float, float]:
+    """One-sided CUSUM statistics of a short series of z-scores, ending at its last value:
+    (max over j of Σ_{i≥j} (z_i − k), max over j of Σ_{i≥j} (−z_i − k)), each at least 0.
+
+    Page's CUSUM restarted at the start of the series (a window, so it needs no state): a slow
+    drift of d standard deviations per step adds up to about d·n²/2 over n steps while the noise
+    grows like √n, so the sum crosses a threshold h before any single step leaves a ±h band.
+    ``k`` (in z units) is the allowance a step must exceed to count."""
+    up = down = 0.0
+    for value in z:
+        up = max(0.0, up + value - k)
+        down = max(0.0, down - value - k)
+    return up, down

@@ -20,6 +20,14 @@ the far side of the move (the 25th percentile for a rise, the 75th for a fall) m
 component that the policy learns to earn moves the mean alone (the healthy GRPO runs of seeds
 100–104 raised four oranges when 'harmlessness', 0 on most samples, rose from ~0 to ~0.3), while a
 biased or drifting head shifts every sample.
+Slow drift (yellow, key ``<component>/drift``): a head whose bias creeps (0.015–0.05 per step)
+moves the 2-step mean too little for the jump test until it is far off. The last ``drift_steps``
+(8) means, each a robust z against the ``window`` before them, are summed by a one-sided CUSUM
+(allowance ``drift_k`` 0.5): yellow at ``drift_h`` (6) when no single step jumped (|z| < ``z_jump``),
+the other components' CUSUMs stay below half of it, and the far quartile of the drift's samples
+moved with their mean. Round-4 calibration (seeds 100–304, 92 ramp runs replayed): ramps caught
+before their metric moved 2× its healthy spread 38 → 42 on a 3-step mean; healthy 60 × 200 steps
+68 → 90 yellows, no orange.
 Calibration: on the recorded healthy tiny-world runs the largest |z| was 4.8 and the smallest KS
 p-value 1.5e-5 (GRPO: 8 prompts per step, so the category mix moves the components). The
 rm_component_bias fault run seed 2 (helpfulness −0.5 from step 10; robust sd of the reference 0.12,
@@ -42,7 +50,7 @@ import numpy as np
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.stats import Lagged
+from rlcockpit.diagnostics.stats import Lagged, cusum
 from rlcockpit.diagnostics.windows import Window, median
 from rlcockpit.metrics.ks import ks_test
 
@@ -68,6 +76,13 @@ class RMComponentBiasConfig(Config):
     median_frac: float = option(0.5, help="Orange only when the samples' quartile on the far side "
                                 "of the move shifted at least this fraction of their mean's shift "
                                 "(every sample moved); else yellow.", range=(0.0, 10.0))
+    drift_steps: int = option(8, help="Slow drift: the last this many steps' means, each as a robust "
+                              "z against the window before them, summed by a one-sided CUSUM.",
+                              range=(2, 1000))
+    drift_k: float = option(0.5, help="CUSUM allowance in z units (a step counts above this).",
+                            range=(0.0, 100.0))
+    drift_h: float = option(6.0, help="CUSUM sum at which a slow drift is reported (yellow).",
+                            range=(0.1, 1e6))
     rebase_after: int = option(30, help="Steps of a lasting shift after which it becomes the new "
                                "reference.", range=(1, 100_000))
 
@@ -75,7 +90,9 @@ class RMComponentBiasConfig(Config):
 @dataclass
 class _Component:
     level: Lagged
+    drift: Lagged
     pool: deque = field(default_factory=deque)
+    history: deque = field(default_factory=deque)  # per-step sample values, for the drift's quartile
     firing: int = 0
 
 
@@ -120,9 +137,12 @@ class RMComponentBias(Detector):
         for name in names:
             self._push(name, view)
         zs = {n: self._z(n, floor) for n in names if self._parts[n].level.ready(self.config.warmup)}
+        sums = self._cusums(names, floor)
         out = []
         for name in names:
             cond = self._judge(name, zs, view) if name in zs else None
+            if cond is None:
+                cond = self._drift(name, sums)
             self._track(name, cond is not None)
             self._pool(name, view)
             if cond is not None:
@@ -134,8 +154,15 @@ class RMComponentBias(Detector):
         if part is None:
             cfg = self.config
             part = self._parts[name] = _Component(Lagged(cfg.window, cfg.recent),
-                                                  deque(maxlen=cfg.window))
-        part.level.push(view.finite(f"reward/{name}/mean"), view.step)
+                                                  Lagged(cfg.window, cfg.drift_steps),
+                                                  deque(maxlen=cfg.window),
+                                                  deque(maxlen=cfg.window + cfg.drift_steps))
+        value = view.finite(f"reward/{name}/mean")
+        part.level.push(value, view.step)
+        part.drift.push(value, view.step)
+        samples = _component_values(view, name)
+        if samples.size:
+            part.history.append(samples)
 
     def _z(self, name: str, floor: float) -> float:
         return self._parts[name].level.z(max(floor, 1e-9))
@@ -175,6 +202,60 @@ class RMComponentBias(Detector):
             f"{level.median:.3g} (z {z:+.1f}) while the other components stayed", evidence,
             key=name, message_zh=f"奖励分量 {name} 单独{'上升' if direction == 'rose' else '下降'}："
             f"均值 {now:.3g}（此前 {level.median:.3g}），其他分量未变")
+
+    def _cusums(self, names: list[str], floor: float) -> dict[str, tuple[float, float, float]]:
+        """(up, down, largest |z|) of each ready component's last ``drift_steps`` means, each a
+        robust z against the window before them (see :func:`~rlcockpit.diagnostics.stats.cusum`)."""
+        cfg, out = self.config, {}
+        for name in names:
+            drift = self._parts[name].drift
+            if drift.ready(cfg.warmup):
+                z = (drift.recent - drift.median) / drift.scale(max(floor, 1e-9))
+                out[name] = (*cusum(z, cfg.drift_k), float(np.max(np.abs(z))))
+        return out
+
+    def _drift(self, name: str, sums: dict[str, tuple[float, float, float]]) -> Condition | None:
+        """Yellow: the component's last ``drift_steps`` means drift one way (CUSUM ≥ ``drift_h``)
+        in steps no larger than a jump (``z_jump``: a jump is the level check's) while the other
+        components do not drift (their median CUSUM below half of ``drift_h``) and, where samples
+        tell, every sample moved (:meth:`_every_sample_moved`)."""
+        cfg = self.config
+        if name not in sums:
+            return None
+        up, down, largest = sums[name]
+        others = [max(u, d) for n, (u, d, _) in sums.items() if n != name]
+        if max(up, down) < cfg.drift_h or largest >= cfg.z_jump \
+                or (others and median(others) >= cfg.drift_h / 2) or not self._every_sample_moved(name):
+            return None
+        drift = self._parts[name].drift
+        direction = "rising" if up >= down else "falling"
+        now, ref = float(drift.recent[-1]), drift.median
+        evidence = {"component": name, "mean_now": now, "reference_mean": ref, "cusum": max(up, down),
+                    "cusum_threshold": cfg.drift_h, "steps": cfg.drift_steps, "window": cfg.window,
+                    "others_cusum": {n: max(u, d) for n, (u, d, _) in sums.items() if n != name},
+                    "signal": f"reward/{name}/mean", "onset_step": drift.recent_steps[0]}
+        return Condition(
+            "yellow", f"reward component {name!r} drifting alone ({direction}): {now:.3g} vs "
+            f"{ref:.3g} before, a steady move over {cfg.drift_steps} steps (CUSUM {max(up, down):.1f} "
+            f"≥ {cfg.drift_h:g}) while the other components held", evidence, key=f"{name}/drift",
+            message_zh=f"奖励分量 {name} 单独{'持续上升' if direction == 'rising' else '持续下降'}："
+            f"{now:.3g}（此前 {ref:.3g}），其他分量未变")
+
+    def _every_sample_moved(self, name: str) -> bool:
+        """The drift's samples (its last ``drift_steps`` steps against the steps before) moved on
+        the far side too (as in :meth:`_spread_only`): without samples, True. A sparse component
+        the policy learns to earn (GRPO 'harmlessness') and a skill learned by more answers drift
+        their mean with their top share only: on the healthy runs of seeds 100–304 the CUSUM passed
+        6 on 2,588 component-steps, 63 of them with the far quartile moving too."""
+        cfg = self.config
+        history = list(self._parts[name].history)
+        if len(history) < cfg.drift_steps + cfg.warmup:
+            return not history
+        recent = np.concatenate(history[-cfg.drift_steps:])
+        before = np.concatenate(history[:-cfg.drift_steps])
+        shift = float(recent.mean() - before.mean())
+        q = 0.25 if shift > 0 else 0.75
+        return abs(float(np.quantile(recent, q) - np.quantile(before, q))) >= cfg.median_frac * abs(shift)
 
     def _spread_only(self, name: str, view: StepView) -> tuple[float, float] | None:
         """(mean shift, quantile shift) of this step's component values against the reference pool
@@ -224,8 +305,9 @@ class RMComponentBias(Detector):
     def _track(self, name: str, firing: bool) -> None:
         part = self._parts[name]
         part.firing = part.firing + 1 if firing else 0
-        part.level.frozen = firing
+        part.level.frozen = part.drift.frozen = firing
         if part.firing > self.config.rebase_after:
             part.level.rebase()
+            part.drift.rebase()
             part.pool.clear()
             part.firing = 0
