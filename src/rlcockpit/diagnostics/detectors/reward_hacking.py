@@ -71,6 +71,7 @@ samples, and roll back to the checkpoint before the onset on red.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections import Counter, deque
@@ -267,10 +268,18 @@ def ngram_shares(responses: Sequence[str], n: int, max_chars: int,
         counts.update({text[i:i + n] for i in range(len(text) - n + 1)})
     total = max(len(responses), 1)
     # ties broken by the n-gram itself: set order depends on the interpreter's hash seed
-    ranked = sorted(counts.items(), key=_by_count) if top is None \
-        else heapq.nsmallest(4 * top, counts.items(), key=_by_count)
-    kept = [(g, c / total) for g, c in ranked if any(ch.isalpha() for ch in g)]
-    return Counter(dict(kept[:top] if top is not None else kept))
+    if top is None:  # filtering before sorting keeps the same order and sorts fewer
+        kept = sorted(((g, c) for g, c in counts.items() if has_letter(g)), key=_by_count)
+    else:
+        kept = [(g, c) for g, c in heapq.nsmallest(4 * top, counts.items(), key=_by_count)
+                if has_letter(g)][:top]
+    return Counter({g: c / total for g, c in kept})
+
+
+@functools.lru_cache(maxsize=65536)
+def has_letter(gram: str) -> bool:
+    """Any alphabetic character (cached: a run's answers repeat the same n-grams step after step)."""
+    return any(ch.isalpha() for ch in gram)
 
 
 def is_phrase(gram: str) -> bool:

@@ -93,6 +93,20 @@ class _Component:
     drift: Lagged
     pool: deque = field(default_factory=deque)
     history: deque = field(default_factory=deque)  # per-step sample values, for the drift's quartile
+    _reference: np.ndarray | None = None  # the pool concatenated (None: pool changed since)
+
+    def reference(self) -> np.ndarray:
+        if self._reference is None:
+            self._reference = np.concatenate(list(self.pool)) if self.pool else np.empty(0)
+        return self._reference
+
+    def add_to_pool(self, values: np.ndarray) -> None:
+        self.pool.append(values)
+        self._reference = None
+
+    def clear_pool(self) -> None:
+        self.pool.clear()
+        self._reference = None
     firing: int = 0
 
 
@@ -126,6 +140,7 @@ class RMComponentBias(Detector):
         super().__init__(config)
         self._parts: dict[str, _Component] = {}
         self._std = Window(self.config.window)
+        self._values: dict[str, np.ndarray] = {}  # this step's finite sample values per component
 
     def update(self, view: StepView) -> list[Condition] | object:
         names = component_names(view)
@@ -134,6 +149,7 @@ class RMComponentBias(Detector):
         floor = self.config.floor_frac * median(self._std.values) if len(self._std) \
             else 1e-6
         self._std.push(view.finite("reward/std"), view.step)
+        self._values = {name: _component_values(view, name) for name in names}
         for name in names:
             self._push(name, view)
         zs = {n: self._z(n, floor) for n in names if self._parts[n].level.ready(self.config.warmup)}
@@ -160,7 +176,7 @@ class RMComponentBias(Detector):
         value = view.finite(f"reward/{name}/mean")
         part.level.push(value, view.step)
         part.drift.push(value, view.step)
-        samples = _component_values(view, name)
+        samples = self._values[name]
         if samples.size:
             part.history.append(samples)
 
@@ -211,7 +227,8 @@ class RMComponentBias(Detector):
             drift = self._parts[name].drift
             if drift.ready(cfg.warmup):
                 z = (drift.recent - drift.median) / drift.scale(max(floor, 1e-9))
-                out[name] = (*cusum(z, cfg.drift_k), float(np.max(np.abs(z))))
+                z_list = z.tolist()
+                out[name] = (*cusum(z_list, cfg.drift_k), max(map(abs, z_list)))
         return out
 
     def _drift(self, name: str, sums: dict[str, tuple[float, float, float]]) -> Condition | None:
@@ -266,11 +283,11 @@ class RMComponentBias(Detector):
         was used first and flipped when about half of one step's samples scored (healthy GRPO seed
         201, after the evaluation at 557f6b9). None when that quantile moved too, or without
         samples."""
-        values = _component_values(view, name)
+        values = self._values[name]
         part = self._parts[name]
         if values.size < 8 or not part.pool:
             return None
-        reference = np.concatenate(list(part.pool))
+        reference = part.reference()
         mean_shift = float(values.mean() - reference.mean())
         # the far side of the move: a rise must lift the low quantile, a fall lower the high one
         q = 0.25 if mean_shift > 0 else 0.75
@@ -286,9 +303,9 @@ class RMComponentBias(Detector):
 
     def _ks(self, name: str, view: StepView) -> tuple[float, float] | None:
         """KS of this step's component values vs the pooled reference samples (None: no samples)."""
-        values = _component_values(view, name)
+        values = self._values[name]
         part = self._parts[name]
-        reference = np.concatenate(list(part.pool)) if part.pool else np.empty(0)
+        reference = part.reference()
         if values.size >= 8 and reference.size >= 8 * self.config.recent:
             return ks_test(values, reference)
         return None
@@ -298,9 +315,9 @@ class RMComponentBias(Detector):
         is judged: a shift right at the end of the warm-up must meet a clean pool (the
         rm_component_bias fault run, seed 2, onset 10 = the first judged step, was missed when the
         pool began there), and not while the condition holds (it stays visible)."""
-        values = _component_values(view, name)
+        values = self._values[name]
         if values.size and not self._parts[name].firing:
-            self._parts[name].pool.append(values)
+            self._parts[name].add_to_pool(values)
 
     def _track(self, name: str, firing: bool) -> None:
         part = self._parts[name]
@@ -309,5 +326,5 @@ class RMComponentBias(Detector):
         if part.firing > self.config.rebase_after:
             part.level.rebase()
             part.drift.rebase()
-            part.pool.clear()
+            part.clear_pool()
             part.firing = 0
