@@ -563,6 +563,7 @@ def headline_numbers(outcomes: list[Outcome], fault_rows: list, healthy_rows: li
         "ramps_caught": f"{sum(s['detected'] for s in ramps)}/{len(ramps)}",
         "ramps_caught_before_2x_spread": f"{sum(bool(s.get('in_time')) for s in ramps)}/{len(ramps)}",
         "ramps_caught_before_2x_spread_3step": f"{sum(bool(s.get('in_time_3step')) for s in ramps)}/{len(ramps)}",
+        "ramps_in_time_3step_by_speed": ramps_by_speed(ramps),
         "healthy": {"runs": len(healthy_rows), "steps": healthy_steps, **counts,
                     "orange_per_1000_steps": round(per_k, 2) if per_k is not None else None,
                     "of_which_baseline_detector": counts_nb["baseline"],
@@ -596,6 +597,23 @@ def headline_numbers(outcomes: list[Outcome], fault_rows: list, healthy_rows: li
     return out
 
 
+RAMP_SPEEDS = ((0, 3, "moved 2x within 3 steps"), (4, 7, "in 4-7 steps"), (8, 10**9, "in 8 or more steps"))
+
+
+def ramps_by_speed(ramps: list[dict[str, Any]]) -> dict[str, str]:
+    """Ramps in time (3-step mean) by how fast their metric moved 2x its healthy spread after the ramp
+    began: a detector cannot tell a move of a few steps from noise before it is ~2 spreads big without
+    raising the same alarm on healthy runs, so the fast ramps bound what any detector can do in time."""
+    out = {}
+    for lo, hi, label in RAMP_SPEEDS:
+        group = [s for s in ramps if s.get("moved_2x_3step") is not None
+                 and lo <= s["moved_2x_3step"] - s["scored"][0] <= hi]
+        out[label] = f"{sum(bool(s.get('in_time_3step')) for s in group)}/{len(group)}"
+    never = [s for s in ramps if s.get("moved_2x_3step") is None]
+    out["never moved 2x (caught at all)"] = f"{sum(bool(s['detected']) for s in never)}/{len(never)}"
+    return out
+
+
 def peers_status(p: str, fault_rows: list, healthy_rows: list) -> str:
     errors = [ps[p]["error"] for _, _, ps in [*fault_rows, *healthy_rows] if "error" in ps[p]]
     return errors[0] if errors else "ok"
@@ -605,13 +623,18 @@ def _pass(ok: bool, value: Any) -> str:
     return "n/a" if value is None else ("pass" if ok else "fail")
 
 
+def _speeds(h: dict[str, Any]) -> str:
+    return "; ".join(f"{k} {v}" for k, v in h.get("ramps_in_time_3step_by_speed", {}).items())
+
+
 def _headline_sentence(h: dict[str, Any]) -> str:
     hh, nb = h["healthy"], h["without_baseline"]
     return (f"step faults caught by an expected detector **{h['step_faults_caught']}** "
             f"({h['step_faults_caught_pct']}%), median latency from the first divergence "
             f"**{h['median_latency_from_divergence']}** steps; ramps caught {h['ramps_caught']}, before their "
             f"metric moved 2x its healthy spread **{h['ramps_caught_before_2x_spread']}** on one step, "
-            f"**{h['ramps_caught_before_2x_spread_3step']}** in a 3-step mean; healthy runs "
+            f"**{h['ramps_caught_before_2x_spread_3step']}** in a 3-step mean (by how fast the metric moved 2x "
+            f"after the ramp began: {_speeds(h)}); healthy runs "
             f"({hh['runs']} runs, {hh['steps']} steps): yellow {hh['yellow']}, orange {hh['orange']}, red "
             f"{hh['red']}, black {hh['black']} (**{hh['orange_per_1000_steps']}** orange per 1,000 steps; of "
             f"these findings {hh['of_which_baseline_detector']} from the baseline detector, "
