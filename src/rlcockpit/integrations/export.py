@@ -16,7 +16,7 @@ from typing import IO, Any
 from rlcockpit.errors import ConfigError
 from rlcockpit.integrations.records_io import json_line, json_text, parquet_schema, sample_row
 from rlcockpit.records import EventRecord, FindingRecord, SampleRecord
-from rlcockpit.store.base import SampleQuery, StoreReader
+from rlcockpit.store.base import RunReader, SampleQuery, SampleReader, StoreReader
 
 WHATS = ("metrics", "samples", "findings", "events")
 FORMATS = ("jsonl", "parquet")
@@ -25,7 +25,7 @@ SAMPLES_PER_PAGE = 2_000
 PARQUET_ROWS = 50_000  # rows per Parquet row group
 
 
-def metric_rows(reader: StoreReader, run_id: str) -> dict[int, dict[str, tuple[float, float]]]:
+def metric_rows(reader: RunReader, run_id: str) -> dict[int, dict[str, tuple[float, float]]]:
     """step -> {name: (value, wall time)} for every metric of the run, full resolution."""
     names = sorted(reader.metric_names(run_id))
     steps: dict[int, dict[str, tuple[float, float]]] = {}
@@ -38,7 +38,7 @@ def metric_rows(reader: StoreReader, run_id: str) -> dict[int, dict[str, tuple[f
     return steps
 
 
-def iter_samples(reader: StoreReader, run_id: str) -> Iterator[SampleRecord]:
+def iter_samples(reader: SampleReader, run_id: str) -> Iterator[SampleRecord]:
     """Every sample of the run, by (step, sample_id), token arrays included where stored."""
     offset = 0
     while True:

@@ -25,7 +25,7 @@ from rlcockpit.records import (
     RunInfo,
     SampleRecord,
 )
-from rlcockpit.store.base import SampleQuery, StoreReader, StoreWriter
+from rlcockpit.store.base import RunReader, SampleQuery, SampleReader, StoreReader, StoreWriter
 
 CHUNK = 20_000  # records per written batch
 PAGE = 5_000  # samples per read page
@@ -110,7 +110,7 @@ def compare(a: RunCheck, b: RunCheck) -> list[str]:
             if (a.counts[kind], a.digests[kind]) != (b.counts[kind], b.digests[kind])]
 
 
-def runs_to_copy(src: StoreReader, dst: StoreReader, wanted: list[str] | None) -> list[str]:
+def runs_to_copy(src: RunReader, dst: RunReader, wanted: list[str] | None) -> list[str]:
     """The runs to copy: ``wanted`` (each must exist in ``src``) or all of ``src``; a run already
     in ``dst`` is refused (copy into a fresh store, or choose the runs with --run)."""
     available = [r.run_id for r in src.list_runs()]
@@ -132,7 +132,7 @@ def _chunks(items: list) -> Iterator[list]:
         yield items[start:start + CHUNK]
 
 
-def _sample_pages(reader: StoreReader, run_id: str) -> Iterator[list[SampleRecord]]:
+def _sample_pages(reader: SampleReader, run_id: str) -> Iterator[list[SampleRecord]]:
     """Every sample in (step, sample id) order, a page at a time; pages by step range, so a
     page costs the same at the end of a large run as at its start."""
     after = None
@@ -150,7 +150,7 @@ def _sample_pages(reader: StoreReader, run_id: str) -> Iterator[list[SampleRecor
         after = (items[-1].step, items[-1].sample_id)
 
 
-def _rest_of_step(reader: StoreReader, run_id: str, after: tuple[int, int]) -> list[SampleRecord]:
+def _rest_of_step(reader: SampleReader, run_id: str, after: tuple[int, int]) -> list[SampleRecord]:
     out, offset = [], 0
     while True:
         page = reader.query_samples(run_id, SampleQuery(step_min=after[0], step_max=after[0],
@@ -162,7 +162,7 @@ def _rest_of_step(reader: StoreReader, run_id: str, after: tuple[int, int]) -> l
             return out
 
 
-def _metric_rows(reader: StoreReader, run_id: str) -> Iterator[tuple]:
+def _metric_rows(reader: RunReader, run_id: str) -> Iterator[tuple]:
     for name in reader.metric_names(run_id):
         s = reader.read_series(run_id, [name])[name]
         yield from ((name, st, v, w) for st, v, w in

@@ -41,7 +41,7 @@ from rlcockpit.integrations.importers._base import (
 )
 from rlcockpit.integrations.keymap import check_key_map
 from rlcockpit.records import Batch, RunInfo
-from rlcockpit.store.base import StoreReader, StoreWriter
+from rlcockpit.store.base import RunReader, StoreWriter
 
 FORMATS = ("trl-completions", "verl-rollout", "jsonl-logger", "tensorboard", "rlcockpit")
 FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
@@ -292,7 +292,7 @@ def _batches(parsed: ParsedImport) -> list[Batch]:
     return batches
 
 
-def ensure_new_run_id(reader: StoreReader, run_id: str) -> None:
+def ensure_new_run_id(reader: RunReader, run_id: str) -> None:
     try:
         reader.get_run(run_id)
     except NotFoundError:
