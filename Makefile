@@ -50,9 +50,9 @@ lint: $(STAMP)
 test: $(STAMP) $(BROWSER) $(OPS_DAEMONS) lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --timeout 900 --durations 15 tests
 
-# The edit loop: everything but the tests marked slow (training, browsers, TRL, subprocess
-# pipelines; tests/conftest.py SLOW_MODULES); about 3 minutes. `make test` (what CI runs) is the
-# whole suite.
+# The edit loop: everything but the tests marked slow (training, browsers, TRL, Prometheus and
+# Alertmanager, the chDB store, subprocess pipelines; tests/conftest.py); under 3 minutes, so it
+# needs neither chromium nor the ops daemons. `make test` (what CI runs) is the whole suite.
 .PHONY: test-fast
 test-fast: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --timeout 300 -m "not slow" tests

@@ -14,17 +14,19 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 # The edit loop's tier (`make test-fast`: -m "not slow"): these modules train real models, start
-# browsers, TRL trainers or whole subprocess pipelines -- seconds to minutes each. Everything else
-# (pure math, detectors, store, server API, CLI) stays in the fast tier. `make test` runs both.
+# browsers, TRL trainers, the chDB store or whole subprocess pipelines -- seconds to minutes each.
+# Everything else (pure math, detectors, the store contract on SQLite, server API, CLI) stays in the
+# fast tier. `make test` runs both.
 SLOW_MODULES = frozenset({
     "test_benchmarks_detection_smoke", "test_benchmarks_real_runs_smoke", "test_benchmarks_smoke",
-    "test_benchmarks_trainer_smoke", "test_control_e2e", "test_control_trainer", "test_demo_flow",
-    "test_demo_server", "test_faults", "test_follow", "test_heartbeat", "test_loop_control",
-    "test_server_benchmark", "test_server_schemathesis", "test_telemetry_kill", "test_trainer_diagnostics",
-    "test_trainer_live", "test_trainer_models", "test_trainer_resume", "test_trainer_rewards",
-    "test_trainer_smoke", "test_trl", "test_world_sft", "test_world_cli", "test_ops_trainer",
-    "test_reward_model_run",
+    "test_benchmarks_trainer_smoke", "test_control_cli", "test_control_e2e", "test_control_trainer",
+    "test_demo_flow", "test_demo_server", "test_faults", "test_follow", "test_heartbeat",
+    "test_loop_control", "test_server_benchmark", "test_server_schemathesis", "test_store_clickhouse",
+    "test_telemetry_kill", "test_trainer_diagnostics", "test_trainer_live", "test_trainer_models",
+    "test_trainer_resume", "test_trainer_rewards", "test_trainer_smoke", "test_trl", "test_world_sft",
+    "test_world_cli", "test_ops_trainer", "test_reward_model_run",
 })
+SLOW_BACKENDS = frozenset({"chdb"})  # the store contract runs on SQLite in the fast tier
 
 
 def pytest_collection_modifyitems(config, items):
@@ -32,5 +34,7 @@ def pytest_collection_modifyitems(config, items):
 
     for item in items:
         path = item.path
-        if path.parent.name == "e2e" or path.stem in SLOW_MODULES:
+        callspec = getattr(item, "callspec", None)
+        backend = callspec.params.get("store") if callspec else None
+        if path.parent.name == "e2e" or path.stem in SLOW_MODULES or backend in SLOW_BACKENDS:
             item.add_marker(pytest.mark.slow)

@@ -53,6 +53,7 @@ def test_an_unreachable_alertmanager_is_counted_not_raised() -> None:
     assert (sink.delivered, sink.failed) == (0, 1)
 
 
+@pytest.mark.slow  # starts Debian's Alertmanager (make test installs it)
 def test_findings_arrive_in_a_real_alertmanager_grouped_inhibited_and_silenced(tmp_path) -> None:
     am = start_alertmanager(tmp_path, CONFIG)
     try:
@@ -105,6 +106,7 @@ def _alerts(am, matcher: str, **params: str) -> list[dict]:
 
 
 
+@pytest.mark.slow  # starts Debian's Alertmanager (make test installs it)
 def test_the_server_forwards_new_findings_of_any_run(tmp_path) -> None:
     """`rlcockpit serve --alertmanager-url`: findings written to the store by any producer reach
     Alertmanager; the history present at start is not re-sent."""

@@ -55,6 +55,7 @@ def expressions() -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.slow  # starts Debian's Prometheus (make test installs it)
 def test_every_panel_expression_answers_with_data(tmp_path) -> None:
     from rlcockpit.server.app import create_app
     from rlcockpit.server.settings import ServerSettings

@@ -101,6 +101,7 @@ def test_scrape_is_cheap_at_100_metrics_x_4_ranks() -> None:
     assert per_scrape_ms < 5  # docs/ops.md quotes the measured number; this guards a regression
 
 
+@pytest.mark.slow  # starts Debian's Prometheus (make test installs it)
 def test_serve_metrics_scraped_by_real_prometheus_and_rules_fire(tmp_path) -> None:
     from rlcockpit.server.app import create_app
     from rlcockpit.server.settings import ServerSettings
