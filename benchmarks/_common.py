@@ -202,6 +202,15 @@ def print_json_last_line(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def free_port() -> int:
+    """A loopback port nobody listens on right now (for a server the benchmark starts)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def machine_info() -> dict[str, Any]:
     """Context for the numbers: cores and load (other jobs on a shared machine slow everything)."""
     return {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import random
 import shutil
-import socket
 import statistics
 import tempfile
 import threading
@@ -24,6 +23,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from _common import free_port
 
 TARGET_S = 2.0
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -60,9 +61,7 @@ def serve(uri: str) -> Iterator[str]:
     from rlcockpit.server.app import create_app
     from rlcockpit.server.settings import ServerSettings
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(ServerSettings(store=uri, port=port)),
                                            host="127.0.0.1", port=port, log_level="warning",
                                            timeout_graceful_shutdown=1))

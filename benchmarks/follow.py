@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import time
 from pathlib import Path
 
 import httpx
+from _common import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER = ROOT / "tests" / "follow_writer.py"
@@ -50,12 +50,6 @@ def parse_args() -> argparse.Namespace:
     if args.steps < 2 or args.step_s <= 0:
         p.error("--steps must be >= 2 and --step-s > 0")
     return args
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, what: str, timeout: float = 60.0):

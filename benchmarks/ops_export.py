@@ -33,17 +33,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from _common import free_port
+
 FAST = ["rollout.batch_size=8", "ppo.minibatch_size=4", "rollout.max_new_tokens=16", "ppo.epochs=1",
         "eval.every=0", "checkpoint.every=0", "checkpoint.at_end=false", "optim.warmup_steps=0",
         "model.threads=1", "telemetry.log_samples=true"]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Timed:

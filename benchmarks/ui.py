@@ -32,7 +32,6 @@ import argparse
 import concurrent.futures
 import hashlib
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import CATEGORIES, fmt, machine_info, print_json_last_line
+from _common import CATEGORIES, fmt, free_port, machine_info, print_json_last_line
 from _ui_browser import live_step_to_chart
 from _ui_panels import time_dashboard
 from store_queries import TextPool, cached, store_salt
@@ -227,9 +226,7 @@ class Server:
     share its interpreter lock); ``cpu_s()`` reads the server's CPU seconds from /proc."""
 
     def __init__(self, store_path: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.cmd = [sys.executable, "-m", "rlcockpit", "serve", "--store",
                     f"sqlite:///{store_path}", "--port", str(self.port)]
         self.proc: subprocess.Popen | None = None
