@@ -27,8 +27,7 @@ LIVE_VALUES = {"actor_lr": 5e-5, "critic_lr": 1e-4, "kl_coef": 0.05, "kl_target"
 def live_specs() -> dict[str, dict[str, Any]]:
     from rlcockpit.trainer.live import LIVE_SPECS
 
-    return {n: {"type": "int" if s.type is int else "float", "lo": s.lo, "hi": s.hi, "help": s.help,
-                "metric": s.metric} for n, s in LIVE_SPECS.items()}
+    return {n: s.published() for n, s in LIVE_SPECS.items()}
 
 
 @dataclass

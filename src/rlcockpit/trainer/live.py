@@ -41,6 +41,12 @@ class LiveSpec:
     help: str
     metric: str  # the catalog name under which the (effective) value is logged each step
 
+    def published(self, lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
+        """The spec as a run publishes it (``lo`` / ``hi``: this run's range when tightened); the
+        form :func:`rlcockpit.control.params.check_value` checks a value against."""
+        return {"type": "int" if self.type is int else "float", "lo": self.lo if lo is None else lo,
+                "hi": self.hi if hi is None else hi, "help": self.help, "metric": self.metric}
+
 
 LIVE_SPECS: dict[str, LiveSpec] = {s.name: s for s in (
     LiveSpec("actor_lr", float, 0.0, 1.0, "peak actor learning rate (the schedule scales it)", "optim/lr/actor"),
@@ -123,8 +129,7 @@ def validate_changes(changes: Mapping[str, Any], bounds: Mapping[str, tuple[floa
         if spec is None:
             raise unknown_parameter(key, LIVE_SPECS, ConfigError)
         lo, hi = (bounds or {}).get(key, (spec.lo, spec.hi))
-        kind = "int" if spec.type is int else "float"
-        out[key] = check_value(key, value, {"type": kind, "lo": lo, "hi": hi}, ConfigError)
+        out[key] = check_value(key, value, spec.published(lo, hi), ConfigError)
     return out
 
 
