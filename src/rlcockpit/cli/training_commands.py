@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rlcockpit.cli.ticket import add_connection, call, show, ticket_line
+from rlcockpit.cli._support.remote import add_connection, call, show, ticket_line
 
 HELP = {
     "pause": "pause a run at its next phase boundary (approved at once)",
