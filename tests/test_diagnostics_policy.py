@@ -54,7 +54,7 @@ def test_default_policy_maps_each_tier_to_its_actions_in_a_safe_order(severity, 
 def test_one_incident_pauses_once_but_an_escalation_runs_the_higher_tier():
     policy = Policy()
     assert names(policy.plan([f("red", 5)])) == ["alert", "snapshot", "checkpoint", "pause"]
-    assert names(policy.plan([f("red", 6, detector="grad_norm")])) == ["alert"]  # joined the incident
+    assert names(policy.plan([f("red", 6, detector="gradients")])) == ["alert"]  # joined the incident
     assert names(policy.plan([f("black", 7)])) == ["alert", "snapshot", "stop", "rollback"]
     assert names(policy.plan([f("red", 30, incident="inc-2")])) == ["alert", "snapshot", "checkpoint", "pause"]
 

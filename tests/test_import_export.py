@@ -301,9 +301,9 @@ def make_source_run(db: Path) -> None:
     ]
     writer.write_batch("src", Batch(
         metrics=metrics, samples=rows,
-        findings=[FindingRecord(step=2, detector="NanLoss", severity="red", message="NaN",
+        findings=[FindingRecord(step=2, detector="nonfinite", severity="red", message="NaN",
                                 evidence={"grad_norm": math.nan, "window": [1, 2]},
-                                patterns=("nan-loss",), wall_time=WALL0 + 2)],
+                                patterns=("nonfinite_values",), wall_time=WALL0 + 2)],
         events=[EventRecord(step=3, kind="checkpoint", payload={"path": "ckpt/3", "loss": math.inf},
                             wall_time=WALL0 + 3)]))
     writer.set_run_status("src", "finished", ended_at=WALL0 + 10)
@@ -429,8 +429,8 @@ def test_findings_and_events_export(tmp_path, fmt):
     finding, event = rows["findings"][0], rows["events"][0]
     evidence = finding["evidence"] if fmt == "jsonl" else strict_json(finding["evidence"])
     payload = event["payload"] if fmt == "jsonl" else strict_json(event["payload"])
-    assert (finding["detector"], finding["severity"], finding["patterns"]) == ("NanLoss", "red",
-                                                                               ["nan-loss"])
+    assert (finding["detector"], finding["severity"], finding["patterns"]) == ("nonfinite", "red",
+                                                                               ["nonfinite_values"])
     assert evidence == {"grad_norm": "NaN", "window": [1, 2]}
     assert (event["kind"], payload) == ("checkpoint", {"path": "ckpt/3", "loss": "Infinity"})
     # for reading elsewhere, not for importing back: a clear refusal

@@ -126,7 +126,7 @@ def populate(writer: StoreWriter, run_id: str = RUN) -> list[SampleRecord]:
             histograms=[HistogramRecord(step, "reward/hist", (0.0, 0.5, 1.0), (step, 1))],
             samples=[s for s in samples if s.step == step],
             events=[EventRecord(step, "tick" if step % 2 else "tock", {"i": step, "x": [1.5]})],
-            findings=[FindingRecord(step, "kl_spike", "yellow" if step % 3 else "red",
+            findings=[FindingRecord(step, "kl_token_spike", "yellow" if step % 3 else "red",
                                     f"kl high at {step}", {"kl": 0.1}, ("P1",))]
             if step % 10 == 0 else [],
             phases=[PhaseRecord(step, "ROLLOUT", "finished", 0.5, 1.0)],

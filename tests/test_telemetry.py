@@ -66,7 +66,7 @@ def test_everything_logged_lands_in_the_store(db):
         run.phase(step, "ROLLOUT", "finished", duration_s=0.25, progress=1.0)
         run.commit(step)
     run.event(2, "config_change", {"kl.coef": [0.05, 0.1]})
-    run.finding(step=2, detector="kl_spike", severity="orange", message="KL spiked",
+    run.finding(step=2, detector="kl_token_spike", severity="orange", message="KL spiked",
                 evidence={"kl": 3.0}, patterns=("reward_hacking",))
     run.checkpoint(2, "/tmp/ckpt-2", reason="manual")
     run.close()
