@@ -35,10 +35,11 @@ __all__ = ["CONTROL_ROUTERS", "READ_ROUTERS", "create_app"]
 def create_app(settings: ServerSettings, store: Any = None, *, access: Any = None,
                control: Any = None, metrics: MetricsHook | None = None) -> FastAPI:
     """Build the app. ``store`` is an opened store (``open_store``); when None it is opened from
-    ``settings.store`` (fails fast if the file is missing). ``access`` checks roles on every read
-    route (None: no users, everyone reads; with ``control`` it defaults to the plane's own checks);
-    ``control`` is the control plane, whose routers are included when given. ``metrics`` serves ``GET /metrics`` (the cli passes the
-    Prometheus exporter of rlcockpit.integrations: ``metrics(reader) -> (body, content type)``)."""
+    ``settings.store`` (fails fast if the file is missing). ``access`` checks the role of every
+    route (None: no users, everyone reads; with ``control`` it defaults to that plane's checks);
+    ``control`` is the control plane, whose routers are included when given. ``metrics`` serves
+    ``GET /metrics`` (the cli passes the Prometheus exporter of rlcockpit.integrations:
+    ``metrics(reader) -> (body, content type)``)."""
     if not settings.is_loopback and access is None and control is None:
         raise ConfigError(f"host {settings.host} would expose the cockpit without access checks; pass "
                           "access= and control= (rlcockpit.server.auth.control_for) or bind 127.0.0.1",
