@@ -64,9 +64,9 @@ def write_incident(run: Any, step: int, rng: random.Random) -> None:
     evidence = {"value": 3.2, "threshold": 0.75, "onset_step": step - 2, "signal": "kl/mean",
                 "message_zh": "KL 持续高于目标的 1.5 倍"}
     incident = f"inc-{step}"
-    run.finding(step=step, detector="kl_drift", severity="red", message="KL stayed above 1.5x target",
+    run.finding(step=step, detector="kl_tiers", severity="red", message="KL stayed above 1.5x target",
                 evidence=evidence, patterns=("kl_explosion",), incident=incident)
-    finding = FindingRecord(step=step, detector="kl_drift", severity="red", message="KL stayed above 1.5x target",
+    finding = FindingRecord(step=step, detector="kl_tiers", severity="red", message="KL stayed above 1.5x target",
                             evidence=evidence, patterns=("kl_explosion",), incident=incident)
     steps = list(range(max(0, step - 20), step + 1))
     grads = {"steps": steps, "grad_norm": [1 + rng.random() for _ in steps], "layers": list(LAYERS),

@@ -12,7 +12,7 @@ def test_an_alert_opens_its_snapshot(fixture_store, serve, page):
     page.goto(f"{server.url}/#/run/{run_id}/dashboard")
     chip = page.locator("#hdr-alerts a.chip.sev-red")
     chip.wait_for()
-    assert "kl_drift @25" in chip.inner_text()
+    assert "kl_tiers @25" in chip.inner_text()
     chip.click()
     card = page.locator(".incident")
     card.wait_for()
