@@ -339,11 +339,38 @@ _EVALUATION = _specs("evaluation", [
 ])
 
 _DISTRIBUTED = _specs("distributed", [
+    # Data-parallel runs (docs/distributed.md): rank 0 gathers every rank's numbers each step and
+    # writes them once, as ordinary metrics of the one run; a single-process run logs none.
+    ("dist/world_size", "ranks", "none",
+     "Number of data-parallel ranks (processes) of the run. Logged once at the start; 1 or absent "
+     "for a single-process run."),
+    ("dist/step_s/rank/<r>", "seconds", "flat",
+     "Wall time of the whole step on rank <r>. Collectives make every rank wait for the slowest, so "
+     "the ranks' step times agree even when one rank is slow: dist/time/<phase>_s/rank/<r> shows "
+     "which rank and phase hold the others back. Healthy: steady and equal across ranks."),
+    ("dist/time/<phase>_s/rank/<r>", "seconds", "flat",
+     "Rank <r>'s own duration of one phase (rollout, score, advantage, update) in this step, "
+     "waits at collectives included. Healthy: ranks within a few tens of percent of each other; one "
+     "rank persistently slower in a phase is a straggler (the others' wait then shows in the next "
+     "phase that holds a collective)."),
     ("dist/grad_norm/rank/<r>", "L2 norm", "flat",
-     "Actor gradient norm on data-parallel rank <r> before all-reduce. Healthy: ranks agree; one "
-     "outlier rank has bad data or hardware."),
+     "Rank <r>'s local actor gradient norm before the all-reduce and before clipping (its own shard "
+     "of the batch). Healthy: ranks of the same order (their shards differ, so not equal); one rank "
+     "far above or below the others has bad data, diverged parameters or bad hardware (001 Q14)."),
+    ("dist/rss_gb/rank/<r>", "GB", "flat",
+     "Resident memory of rank <r>'s process. Healthy: flat and similar across ranks; one rank "
+     "growing alone is a leak on that rank (its data shard, its own buffers)."),
+    ("dist/heartbeat_age_s/rank/<r>", "seconds", "down",
+     "Seconds since rank <r>'s last heartbeat as seen by rank 0's monitor when it logs the step. "
+     "Healthy: below a few step times; a growing age means the rank is hung or dead."),
     ("dist/param_hash_mismatch", "ranks", "flat",
-     "Number of ranks whose parameter hash differs from rank 0 after the step. Healthy: 0."),
+     "Number of ranks whose parameter hash differs from rank 0's, logged at the steps where the "
+     "hashes are compared (every distributed.hash_every steps). Healthy: 0; any other value means "
+     "the ranks no longer train the same model (001 Q13)."),
+    ("dist/param_hash_checked", "flag", "none",
+     "1 at the steps where the ranks' parameter hashes were compared (every "
+     "distributed.hash_every steps), absent otherwise: tells a step without a check from a "
+     "check that found no mismatch."),
 ])
 
 _HISTOGRAMS = _specs("histograms", [
