@@ -117,6 +117,7 @@ BY_PATTERN: dict[str, tuple[str, ...]] = {
     "degeneration_repetition": ("holtzman", "kirk"),
     "dist_param_mismatch": ("torch_ddp", "torch_dist"),
     "rank_grad_outlier": ("torch_ddp",),
+    "rank_straggler": ("torch_ddp", "torch_dist"),
     "late_training_collapse": ("dapo", "entropy_mech", "secrets"),
     "training_collapse": ("secrets", "dapo", "details37"),
 }
