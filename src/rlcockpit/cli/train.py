@@ -1,6 +1,11 @@
 """``rlcockpit train``: PPO / GRPO on a YAML config plus dotted overrides, recorded in a store.
 
     rlcockpit train --config examples/ppo_tiny.yaml --store sqlite:///runs.db train.steps=200 seed=3
+    rlcockpit train --nproc 2 --config examples/ppo_tiny.yaml      # data parallel (docs/distributed.md)
+
+Under torchrun (``torchrun --nproc_per_node=N -m rlcockpit train ...``, or ``--nproc N``, which starts
+torchrun with a free rendezvous port) every process is one rank of the run: rank 0 writes the store,
+runs the progress bar, the control plane and the ops stack; the other ranks train quietly.
 
 The whole config is validated before torch is imported; model, prompts and the reward function are
 checked before the first step. Every error names the key, the value and what is allowed (exit 2).
@@ -9,6 +14,8 @@ checked before the first step. Every error names the key, the value and what is 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,6 +62,7 @@ def main_keys_text() -> str:
     lines.append("  rlcockpit train --config examples/ppo_tiny.yaml train.steps=50 kl.coef=0.1")
     lines.append("  rlcockpit train --config examples/grpo_tiny.yaml --store sqlite:///runs.db")
     lines.append("  rlcockpit train --resume latest train.steps=400")
+    lines.append("  rlcockpit train --nproc 2 --config examples/grpo_tiny.yaml   # 2 data-parallel ranks")
     return "\n".join(lines)
 
 
@@ -71,6 +79,9 @@ def register(subparsers: Any) -> None:
                    help="continue a run from a checkpoint directory (or 'latest' under checkpoint.dir); the "
                         "same run id continues in the store")
     p.add_argument("--name", help="run name (overrides name)")
+    p.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="data-parallel training on N processes of this machine: starts torchrun with a free "
+                        "rendezvous port (several machines: run torchrun yourself, docs/distributed.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
     p.add_argument("--log-format", choices=("console", "json"),
                    help="json: one JSON log line per phase, step and finding with rl_phase, "
@@ -108,20 +119,49 @@ def run_command(args: argparse.Namespace) -> int:
 
         resume_path = resolve_checkpoint(args.resume, cfg.checkpoint.dir)
         cfg = build_config(args, base=checkpoint_config(resume_path))
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        return launch(args, cfg)
     from rlcockpit.cli._support.ops import close_all, wire_trainer
+    from rlcockpit.trainer.distributed import init_group
     from rlcockpit.trainer.trainer import Trainer
 
-    trainer = Trainer(cfg, resume_from=resume_path, control_store=control_store(cfg))
-    closers = wire_trainer(trainer, cfg)  # Prometheus, Alertmanager, JSON logs, traces (docs/ops.md)
+    group = init_group(cfg.distributed)  # one process, or this rank of torchrun's group
+    main_rank = group.is_main
+    trainer = Trainer(cfg, resume_from=resume_path, control_store=control_store(cfg) if main_rank else None,
+                      group=group)
+    closers = wire_trainer(trainer, cfg) if main_rank else []  # Prometheus, Alertmanager, logs, traces
     try:
-        if args.quiet or cfg.ops.log_format == "json":  # JSON lines, no progress bar between them
+        if args.quiet or cfg.ops.log_format == "json" or not main_rank:  # JSON lines: no progress bar
             result = trainer.run()
         else:
             result = run_with_progress(trainer, cfg)
             print_summary(result, cfg)
     finally:
         close_all(closers)
+        group.close()
     return 0 if result.status in ("finished", "stopped") else 1
+
+
+def launch(args: argparse.Namespace, cfg: TrainConfig) -> int:
+    """``--nproc N``: this same command under torchrun (``--standalone``: a free rendezvous port on
+    this machine), N ranks; returns torchrun's exit code."""
+    from rlcockpit.errors import ConfigError
+
+    if cfg.rollout.batch_size % args.nproc or cfg.ppo.minibatch_size % args.nproc:
+        raise ConfigError(f"--nproc {args.nproc}: rollout.batch_size={cfg.rollout.batch_size} and "
+                          f"ppo.minibatch_size={cfg.ppo.minibatch_size} must be multiples of {args.nproc} "
+                          "(each rank takes an equal share of the prompts and of every minibatch)",
+                          details={"key": "nproc", "value": args.nproc})
+    argv = ["train", *args.overrides]
+    for flag, value in (("--config", args.config), ("--store", args.store), ("--resume", args.resume),
+                        ("--name", args.name), ("--log-format", getattr(args, "log_format", None))):
+        if value is not None:
+            argv += [flag, str(value)]
+    if args.quiet:
+        argv.append("--quiet")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
+           "-m", "rlcockpit", *argv]
+    return subprocess.call(cmd)
 
 
 def control_store(cfg: TrainConfig) -> Any:

@@ -12,7 +12,11 @@
    GRPO (:func:`grpo_advantages`): group-normalised sequence advantages, no critic.
 
 The element-wise maths (GAE, group normalisation, whitening) is pure and lives in
-:mod:`rlcockpit.metrics.rl`, tested against naive loops there. The normalisers keep plain-float
+:mod:`rlcockpit.metrics.rl`, tested against naive loops there. Data parallel (``group``, a
+:class:`rlcockpit.trainer.distributed.Group` of several ranks): each rank holds its shard of the
+step, GRPO groups stay within a shard (prompts are sharded, their samples stay together), and the
+statistics that span the batch — the running reward and value normalisers' moments and the
+whitening — are reduced over the global batch, so every rank normalises alike. The normalisers keep plain-float
 state (``state_dict`` / ``load_state_dict``) so a checkpoint resumes them exactly.
 """
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,49 +34,70 @@ from rlcockpit.metrics.rl import gae, group_normalize, masked_whiten
 from rlcockpit.trainer.config import PPOConfig
 from rlcockpit.trainer.step import StepState
 
+if TYPE_CHECKING:
+    from rlcockpit.trainer.distributed import Group
+
 
 def compute_advantages(state: StepState, *, reward_scale: float, reward_clip: float,
-                       normalizers: Normalizers, algo: str, ppo: PPOConfig, group_size: int) -> int:
+                       normalizers: Normalizers, algo: str, ppo: PPOConfig, group_size: int,
+                       group: Group | None = None) -> int:
     """The ADVANTAGE phase on ``state`` (its ``kl_coef`` already set); returns how many rewards were
-    non-finite (dropped from the update)."""
+    non-finite (dropped from the update). ``group``: the data-parallel group (None = one process)."""
+    group = group if group is not None and group.distributed else None
     state.rewards = state.scored.totals * reward_scale
     finite = np.isfinite(state.rewards)
-    state.shaped = shape_rewards(state.rewards, normalizers.reward, reward_clip)
+    state.shaped = shape_rewards(state.rewards, normalizers.reward, reward_clip, group)
     state.update_mask = state.mask * torch.as_tensor(finite, dtype=state.mask.dtype).unsqueeze(1)
     if algo == "ppo":
         ppo_advantages(state, gamma=ppo.gamma, lam=ppo.lam, whiten=ppo.whiten_advantages,
-                       value_norm=normalizers.value)
+                       value_norm=normalizers.value, group=group)
     else:
         grpo_advantages(state, group_size)
     return int((~finite).sum())
 
 
-def shape_rewards(rewards: np.ndarray, rms: RunningMeanStd | None, clip: float) -> torch.Tensor:
-    """Running normalisation (seed 000 §4.2) then clipping; non-finite rewards become 0 (dropped)."""
+def shape_rewards(rewards: np.ndarray, rms: RunningMeanStd | None, clip: float,
+                  group: Group | None = None) -> torch.Tensor:
+    """Running normalisation (seed 000 §4.2) then clipping; non-finite rewards become 0 (dropped).
+    With a data-parallel ``group`` the normaliser takes the moments of the global batch."""
     r = torch.as_tensor(rewards, dtype=torch.float32)
     finite = torch.isfinite(r)
     r = torch.where(finite, r, torch.zeros_like(r))
     if rms is not None:
-        rms.update(r, finite)
+        _update(rms, r, finite, group)
         r = rms.normalize(r).float()
     if clip > 0:
         r = r.clamp(-clip, clip)
     return torch.where(finite, r, torch.zeros_like(r))
 
 
+def _update(rms: RunningMeanStd, x: torch.Tensor, mask: torch.Tensor, group: Group | None) -> None:
+    """One batch into a running normaliser: this process's values, or the global batch's moments."""
+    if group is None:
+        rms.update(x, mask)
+        return
+    mean, var, count = group.masked_moments(x, mask)
+    if count > 0:
+        rms.update_from_moments(mean, var, count)
+
+
 def ppo_advantages(state: StepState, *, gamma: float, lam: float, whiten: bool,
-                   value_norm: ValueNormalizer | None) -> None:
-    """Token rewards (-beta * KL per token + sequence reward on the last token), GAE, whitening."""
+                   value_norm: ValueNormalizer | None, group: Group | None = None) -> None:
+    """Token rewards (-beta * KL per token + sequence reward on the last token), GAE, whitening
+    (over the global batch with a data-parallel ``group``)."""
     mask = state.update_mask
     rewards = token_rewards(state.shaped, state.token_kl, mask, state.kl_coef)
     adv, returns = gae(rewards, state.values_real, mask, gamma, lam)
     state.raw_advantages, state.returns = adv, returns
     targets = returns
     if value_norm is not None:
-        value_norm.update(returns, mask)
+        _update(value_norm.stats, returns, mask, group)
         targets = torch.where(mask != 0, value_norm.normalize(returns).float(), torch.zeros_like(returns))
     state.value_targets = targets
-    state.advantages = masked_whiten(adv, mask) if whiten else adv
+    if not whiten:
+        state.advantages = adv
+    else:
+        state.advantages = group.masked_whiten(adv, mask) if group is not None else masked_whiten(adv, mask)
 
 
 def grpo_advantages(state: StepState, group_size: int) -> None:

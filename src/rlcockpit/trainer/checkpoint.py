@@ -13,6 +13,9 @@ Layout of one checkpoint (``<checkpoint.dir>/<run_id>/step_<N>/``)::
                         python / numpy / torch / the rollout and minibatch generators, data cursor,
                         counters, step, run id and the run's config
     meta.json           {"run_id", "step", "reason", "wall_time"}
+    rank_<r>.pt         data parallel: rank r's RNG streams (r >= 1; rank 0's are in trainer_state.pt).
+                        Rank 0 writes everything else — the weights, optimizers and controllers are
+                        the same on every rank — and each other rank adds its file at the boundary.
 
 ``<checkpoint.dir>/latest`` holds the path of the newest checkpoint (``--resume latest``). Writes
 go to a temporary directory that is renamed into place, so a crash never leaves half a checkpoint.
@@ -22,6 +25,7 @@ go to a temporary directory that is renamed into place, so a crash never leaves 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import shutil
 import time
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
     from rlcockpit.trainer.setup import Models, Prompts
     from rlcockpit.trainer.update import Updater
 
+log = logging.getLogger("rlcockpit.trainer.checkpoint")
 STATE_FILE = "trainer_state.pt"
 FORMAT = 1
 
@@ -189,8 +194,7 @@ def trainer_state(t: Checkpointed) -> dict[str, Any]:
         "reward_fn": t.reward_fn.state_dict(),  # e.g. the reward model's fusion history
         "live": t.live.params.as_dict(), "data": t.prompts.source.state_dict(),
         "control": t.control.state_dict() if t.control is not None else None,
-        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "rollout": t.rollout_gen.get_state(), "update": u.generator.get_state()},
+        "rng": rng_state(t),
         "counters": {"nonfinite_total": t.nonfinite_total, "prev_kl_mean": t.prev_kl_mean,
                      "skipped_actor": u.actor_opt.skipped_total,
                      "skipped_critic": u.critic_opt.skipped_total if u.critic_opt else 0},
@@ -222,6 +226,38 @@ def restore_trainer_state(t: Checkpointed, state: dict[str, Any], path: Path) ->
     u.actor_opt.skipped_total = int(counters["skipped_actor"])
     if u.critic_opt is not None:
         u.critic_opt.skipped_total = int(counters["skipped_critic"])
+
+
+def rng_state(t: Checkpointed) -> dict[str, Any]:
+    """This process's RNG streams: python, numpy, torch, the rollout and minibatch generators."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "rollout": t.rollout_gen.get_state(), "update": t.updater.generator.get_state()}
+
+
+def save_rank_rng(path: Path, rank: int, t: Checkpointed) -> None:
+    """Data parallel: rank ``rank``'s RNG streams beside the checkpoint rank 0 wrote at ``path``."""
+    if rank > 0:
+        tmp = path / f"rank_{rank}.pt.tmp"
+        torch.save(rng_state(t), tmp)
+        tmp.rename(path / f"rank_{rank}.pt")
+
+
+def restore_rank_rng(t: Checkpointed, path: Path, rank: int) -> None:
+    """Data parallel: rank ``rank`` (>= 1) continues its own RNG streams from checkpoint ``path``.
+    A checkpoint without them (written by fewer ranks, or after Ctrl-C) keeps the freshly seeded
+    streams: the run goes on, but not exactly as it would have."""
+    if rank == 0:
+        return
+    file = path / f"rank_{rank}.pt"
+    if not file.is_file():
+        log.warning("checkpoint %s holds no RNG states of rank %d: it samples from a fresh seed", path, rank)
+        from rlcockpit.trainer.distributed import RANK_SEED_STRIDE
+
+        fresh = t.cfg.seed + RANK_SEED_STRIDE * rank + t.step  # never rank 0's stream
+        t.rollout_gen.manual_seed(fresh)
+        t.updater.generator.manual_seed(fresh + 1)
+        return
+    _restore_rng(t, torch.load(file, map_location="cpu", weights_only=False))
 
 
 def _restore_rng(t: Checkpointed, rng: dict[str, Any]) -> None:

@@ -282,6 +282,22 @@ class CostConfig(Config):
 
 
 @dataclass(frozen=True)
+class DistributedConfig(Config):
+    """Data-parallel training (docs/distributed.md): torchrun or `train --nproc N` starts the ranks.
+
+    A single process (no torchrun environment) ignores this section."""
+
+    backend: str = option("auto", help='Collective backend: "auto" = NCCL when CUDA is available, else gloo; '
+                          '"gloo" (CPU) or "nccl" (GPUs).', choices=("auto", "gloo", "nccl"))
+    hash_every: int = option(10, help="Every N steps each rank hashes its parameters and rank 0 counts the "
+                             "ranks that differ from its own (dist/param_hash_mismatch); 0 = never.",
+                             range=(0, 1_000_000))
+    timeout_s: float = option(1800.0, help="How long a collective waits for the other ranks before the run "
+                              "fails (a rank killed or hung). Waiting at a step boundary while rank 0 is "
+                              "paused does not count.", range=(1.0, 1e7))
+
+
+@dataclass(frozen=True)
 class TrainConfig(Config):
     """Everything ``rlcockpit train`` needs. Dotted overrides address the fields: ``kl.coef=0.05``."""
 
@@ -308,6 +324,8 @@ class TrainConfig(Config):
     control: ControlConfig = option(default_factory=ControlConfig, help="Tickets and commands (docs/control.md).")
     ops: OpsConfig = option(default_factory=OpsConfig, help="Prometheus, Alertmanager, logs, traces (docs/ops.md).")
     cost: CostConfig = option(default_factory=CostConfig, help="Price and hardware of the cost ledger (docs/cost.md).")
+    distributed: DistributedConfig = option(default_factory=DistributedConfig,
+                                            help="Data-parallel training (docs/distributed.md).")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -7,18 +7,26 @@
   critic (1.0) — seed 000 §4.3: one global limit let the embedding gradient blow up the KL.
 - The NaN guard: a non-finite loss or gradient norm skips that optimizer step (grads are zeroed),
   is counted, and the run continues.
+- Data parallel (a ``group`` of several ranks): after ``backward`` the gradients are averaged over
+  the ranks (:meth:`rlcockpit.trainer.distributed.Group.mean_grads`), so clipping, the guard and the
+  step see the same global gradient on every rank; a non-finite loss on any rank skips the step on
+  all of them. ``local_norm`` keeps this rank's norm before the reduction.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from rlcockpit.trainer.config import OptimConfig
 from rlcockpit.trainer.models import ParamGroups, param_groups
+
+if TYPE_CHECKING:
+    from rlcockpit.trainer.distributed import Group
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str, min_ratio: float) -> float:
@@ -65,16 +73,19 @@ class StepGrads:
     total: float
     layers: dict[str, float] = field(default_factory=dict)
     skipped: bool = False
+    local: float = math.nan  # data parallel: this rank's norm before the gradients were averaged
 
 
 class GuardedOptimizer:
     """One model's AdamW plus its clip groups; ``step(loss, limits)`` does backward → guard → clip → step."""
 
-    def __init__(self, model: nn.Module, cfg: OptimConfig, lr: float, *, split_embedding: bool) -> None:
+    def __init__(self, model: nn.Module, cfg: OptimConfig, lr: float, *, split_embedding: bool,
+                 group: Group | None = None) -> None:
         self.groups = param_groups(model)
         self.optimizer = make_adamw(self.groups, cfg, lr)
         self.split_embedding = split_embedding
         self.skipped_total = 0
+        self.group = group if group is not None and group.distributed else None
 
     def set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:
@@ -86,13 +97,22 @@ class GuardedOptimizer:
 
     def step(self, loss: torch.Tensor, limit: float, embedding_limit: float) -> StepGrads:
         self.optimizer.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
+        local = math.nan
+        if self.group is not None:  # every rank reduces, even one whose loss is not finite
+            ok = bool(torch.isfinite(loss))
+            if ok:
+                loss.backward()
+            local, ok = self.group.mean_grads(self.groups.all, ok)
+            if not ok:
+                return self._skip(math.nan, local=local)
+        elif not torch.isfinite(loss):
             return self._skip(math.nan)
-        loss.backward()
+        else:
+            loss.backward()
         layers = {name: group_norm(ps) for name, ps in self.groups.by_layer.items()}
         total = math.sqrt(sum(n * n for n in layers.values()))
         if not math.isfinite(total):
-            return self._skip(total, layers)
+            return self._skip(total, layers, local)
         if self.split_embedding:
             emb = layers.get("embedding", 0.0)
             rest = math.sqrt(max(0.0, total * total - emb * emb))
@@ -101,12 +121,12 @@ class GuardedOptimizer:
         else:
             scale_grads(self.groups.all, total, limit)
         self.optimizer.step()
-        return StepGrads(total, layers)
+        return StepGrads(total, layers, local=local)
 
-    def _skip(self, total: float, layers: dict[str, float] | None = None) -> StepGrads:
+    def _skip(self, total: float, layers: dict[str, float] | None = None, local: float = math.nan) -> StepGrads:
         self.optimizer.zero_grad(set_to_none=True)
         self.skipped_total += 1
-        return StepGrads(total, layers or {}, skipped=True)
+        return StepGrads(total, layers or {}, skipped=True, local=local)
 
 
 def flat_params(model: nn.Module) -> torch.Tensor:

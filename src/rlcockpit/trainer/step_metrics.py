@@ -78,7 +78,18 @@ LOGGED_METRICS: dict[str, str] = {
     "steps, when the reward function returns info/correct",
     "reward/hist": "histogram, every step", "response/length/hist": "histogram, every step",
     "advantage/hist": "histogram, every step", "value/hist": "histogram, PPO",
+    "dist/world_size": "data parallel: once, at the start (step 0, or the step a resumed run continues)",
+    "dist/step_s/rank/<r>": "data parallel: every step, per rank",
+    "dist/time/<phase>_s/rank/<r>": "data parallel: every step, per rank, for rollout, score, advantage, update",
+    "dist/grad_norm/rank/<r>": "data parallel: every step, per rank (before the all-reduce and clipping)",
+    "dist/rss_gb/rank/<r>": "data parallel: every step, per rank",
+    "dist/heartbeat_age_s/rank/<r>": "data parallel: every step, per rank (by rank 0's clock)",
+    "dist/param_hash_mismatch": "data parallel: every distributed.hash_every steps",
+    "dist/param_hash_checked": "data parallel: 1 at the steps the parameter hashes are compared",
 }
+
+# the phases whose time each rank reports (dist/time/<phase>_s/rank/<r>)
+RANK_PHASES = ("ROLLOUT", "SCORE", "ADVANTAGE", "UPDATE")
 
 
 def _mean(values: np.ndarray) -> float:
@@ -228,6 +239,26 @@ def model_size(actor: Any, critic: Any) -> dict[str, int]:
     out = {"actor_params": int(sum(p.numel() for p in actor.parameters()))}
     if critic is not None:
         out["critic_params"] = int(sum(p.numel() for p in critic.parameters()))
+    return out
+
+
+def rank_metrics(reports: list[Mapping[str, Any]], heartbeat_ages: Mapping[int, float]) -> dict[str, float]:
+    """Data parallel: the per-rank metrics from each rank's report (``Trainer._rank_report``, in rank
+    order) and the heartbeat ages rank 0 read; the parameter-hash check when the reports carry hashes."""
+    out: dict[str, float] = {}
+    for r, rep in enumerate(reports):
+        out[f"dist/step_s/rank/{r}"] = float(rep["step_s"])
+        for phase in RANK_PHASES:
+            if phase in rep["time"]:
+                out[f"dist/time/{phase.lower()}_s/rank/{r}"] = float(rep["time"][phase])
+        out[f"dist/grad_norm/rank/{r}"] = float(rep["grad_norm"])
+        out[f"dist/rss_gb/rank/{r}"] = float(rep["rss_gb"])
+        if r in heartbeat_ages:
+            out[f"dist/heartbeat_age_s/rank/{r}"] = float(heartbeat_ages[r])
+    hashes = [rep.get("hash") for rep in reports]
+    if all(h is not None for h in hashes):
+        out["dist/param_hash_mismatch"] = float(sum(h != hashes[0] for h in hashes))
+        out["dist/param_hash_checked"] = 1.0
     return out
 
 

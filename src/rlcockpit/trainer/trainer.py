@@ -10,6 +10,13 @@ the control link act on the trainer through its port (``port.py``), checkpoints 
 and rolled back by ``checkpoint.py``. Every phase is timed (``time/<phase>_s``), recorded as a phase
 record (started / finished / failed) and watched for overruns. Live parameters change only in
 HOTFIX. Everything a step measures is logged once per step, then the step is committed as one unit.
+
+Data parallel (``group``, trainer/distributed.py): every rank runs this loop on its shard of the
+prompts; ADVANTAGE and UPDATE reduce over the group; DIAGNOSE gathers the ranks' steps to rank 0,
+the run's only store writer, which logs the global metrics, every sample and the per-rank ``dist/*``
+metrics. Rank 0 alone reads the control plane and runs HOTFIX; the other ranks wait at the boundary
+for its record (live parameters, controllers, checkpoints, rollback, stop) and apply it, so every
+rank changes at the same step.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from rlcockpit.trainer.config import TrainConfig
 from rlcockpit.trainer.control_link import ControlLink
 from rlcockpit.trainer.controllers import Controllers
 from rlcockpit.trainer.diagnosis import Diagnosis
+from rlcockpit.trainer.distributed import FollowerRun, Group, merge_states, param_hash
 from rlcockpit.trainer.evaluation import Evaluator
 from rlcockpit.trainer.live import LiveControl, LiveParams, PendingChange
 from rlcockpit.trainer.phases import PhaseClock
@@ -70,8 +78,10 @@ class Trainer:
     ``checkpoint_before``, ``rollback_to``, ``validation_rewards``)."""
 
     def __init__(self, config: TrainConfig, *, resume_from: str | Path | None = None,
-                 observers: Sequence[StepObserver] = (), control_store: Any = None) -> None:
+                 observers: Sequence[StepObserver] = (), control_store: Any = None,
+                 group: Group | None = None) -> None:
         self.cfg = config
+        self.group = group or Group.single()  # data parallel: this rank of the run's process group
         self.live = LiveControl(LiveParams.from_config(config))
         self.observers: list[StepObserver] = list(observers)
         self.step_hooks: list[StepHook] = []
@@ -81,7 +91,7 @@ class Trainer:
         self.diagnosis = Diagnosis(config.diagnostics)
         # tickets and commands from the store's control plane (docs/control.md); None = not controlled
         self.control = ControlLink(control_store, config.control) \
-            if control_store is not None and config.control.enabled else None
+            if control_store is not None and config.control.enabled and self.group.is_main else None
         # built in INIT (trainer/setup.py)
         self.models: Models | None = None  # tokenizer, actor, frozen reference, critic
         self.prompts: Prompts | None = None  # training source and validation prompts
@@ -98,6 +108,7 @@ class Trainer:
         self._eval_pending: dict[str, float] = {}
         self._step_started = 0.0
         self._schedule_applied: int | None = None  # the sampling schedule's stage last applied
+        self._boundary: dict[str, Any] = {"checkpoints": [], "rollback": None}  # rank 0's, for the other ranks
         self.clock = PhaseClock(config.timeouts.limit, abort=config.timeouts.on_timeout == "abort",
                                 on_start=self._phase_started, on_end=self._phase_ended,
                                 on_overrun=self._phase_overrun)
@@ -149,15 +160,18 @@ class Trainer:
     def init(self) -> None:
         """Load models, prompts and reward function (fail fast), restore a checkpoint, open the run."""
         t0 = time.perf_counter()
+        g = self.group
+        g.check_divides(self.cfg.rollout.batch_size, "the prompts of a step", "rollout.batch_size")
+        g.check_divides(self.cfg.ppo.minibatch_size, "the samples of a minibatch", "ppo.minibatch_size")
         state = ckpt.load_state(self.resume_from) if self.resume_from else None
         actor_dir = self.resume_from / "actor" if self.resume_from else None
-        parts = build_components(self.cfg, actor_dir)
+        parts = build_components(self.cfg, actor_dir)  # the same seed on every rank: the same models
         self.models, self.prompts, self.reward_fn = parts.models, parts.prompts, parts.reward_fn
         self.controllers, self.normalizers = parts.controllers, parts.normalizers
         m = self.models
-        self.updater = Updater(m.actor, m.critic, self.controllers, self.cfg)
+        self.updater = Updater(m.actor, m.critic, self.controllers, self.cfg, group=g)
         self.entropy_uniform = sm.entropy_uniform(m.actor)  # log V: fixed for the run
-        self.rollout_gen = torch.Generator().manual_seed(self.cfg.seed)
+        self.rollout_gen = torch.Generator().manual_seed(g.seed(self.cfg.seed))  # its own samples per rank
         self.token_text = TokenText(m.tokenizer)
         self.evaluator = Evaluator(self.prompts.eval_items, self.cfg.eval, m.tokenizer, self.reward_fn)
         self.live.tighten("max_new_tokens", 1, parts.max_new_tokens_limit)
@@ -165,8 +179,15 @@ class Trainer:
             self.live.tighten("clip_eps", self.cfg.ppo.clip_eps_min, self.cfg.ppo.clip_eps_max)
         if state is not None:
             ckpt.restore_trainer_state(self, state, self.resume_from)
-        self.telemetry = self._open_run(state["run_id"] if state else None)
-        self.diagnosis.attach(self, self.telemetry, to_dict(self.cfg), self.updater.gradstats)
+            ckpt.restore_rank_rng(self, self.resume_from, g.rank)
+        if g.is_main:
+            self.telemetry = self._open_run(state["run_id"] if state else None)
+            g.broadcast(self.telemetry.run_id)
+            if g.distributed:
+                self.telemetry.log(self.step, {"dist/world_size": float(g.world_size)})
+            self.diagnosis.attach(self, self.telemetry, to_dict(self.cfg), self.updater.gradstats)
+        else:  # rank 0 writes the run; the others know its id (their checkpoint files go under it)
+            self.telemetry = FollowerRun(g.broadcast(None))
         if self.reward_fn.observer is not None:  # e.g. the fusion LSTM of the reward model
             self.add_observer(self.reward_fn.observer)
         if self.control is not None:
@@ -187,7 +208,8 @@ class Trainer:
         self._step_started = time.perf_counter()
         with self.clock.phase("ROLLOUT", step):
             live, n = self.live.params, self.n_samples(step)
-            items = [it for it in self.prompts.source.next_batch() for _ in range(n)]
+            # every rank draws the same global batch and keeps its shard: a prompt's samples stay together
+            items = [it for it in self.group.shard(self.prompts.source.next_batch()) for _ in range(n)]
             batch, responses = sample_responses(
                 self.models.actor, [it.token_ids for it in items], self.models.tokenizer,
                 max_new_tokens=live.max_new_tokens, temperature=live.temperature, top_p=live.top_p,
@@ -208,7 +230,7 @@ class Trainer:
             self.nonfinite_total += compute_advantages(
                 state, reward_scale=live.reward_scale, reward_clip=self.cfg.reward.clip,
                 normalizers=self.normalizers, algo=self.cfg.algo, ppo=self.cfg.ppo,
-                group_size=self.n_samples(state.step))
+                group_size=self.n_samples(state.step), group=self.group)
 
     def update(self, state: StepState) -> None:
         """Epochs x minibatches of the PPO losses, then the KL and clip controllers move (trainer/update.py)."""
@@ -219,7 +241,7 @@ class Trainer:
 
     def evaluate(self, step: int) -> None:
         """Validation prompts, fixed sampling seed; logged at ``step`` and shown to the observers."""
-        if not self.prompts.eval_items or self.cfg.eval.every <= 0:
+        if not self.prompts.eval_items or self.cfg.eval.every <= 0 or not self.group.is_main:
             return
         with self.clock.phase("EVAL", step):
             metrics = self.evaluator.run(self.models.actor, step, self.live.params.max_new_tokens)
@@ -232,9 +254,20 @@ class Trainer:
                 self._call_observer(fn, step, dict(metrics))
 
     def diagnose(self, state: StepState) -> None:
-        """Log the step (metrics, histograms, samples), run the step observers and the NaN guard."""
+        """Log the step (metrics, histograms, samples), run the step observers and the NaN guard.
+        Data parallel: the ranks' steps are gathered to rank 0, which logs them as one step; the
+        other ranks get the global metrics for their observers (e.g. a reward model's history)."""
         with self.clock.phase("DIAGNOSE", state.step):
+            ranks = None
+            if self.group.distributed:
+                gathered = self.group.gather((state, self._rank_report(state.step)))
+                if not self.group.is_main:
+                    self._follow_diagnose(state.step)
+                    return
+                state, ranks = merge_states([s for s, _ in gathered]), [r for _, r in gathered]
             metrics = self._step_metrics(state)
+            if ranks is not None:
+                metrics.update(sm.rank_metrics(ranks, self.group.heartbeat_ages()))
             samples = self._log_step(state, metrics)
             self._guard(state)
             seen = {**metrics, **self._eval_pending}
@@ -242,6 +275,25 @@ class Trainer:
             for fn in list(self.observers):
                 self._call_observer(fn, state.step, seen)
             self.diagnosis.observe(state.step, seen, samples)
+            if self.group.distributed:
+                self.group.broadcast(seen)
+        self.last_metrics = seen
+
+    def _rank_report(self, step: int) -> dict[str, Any]:
+        """What this rank tells rank 0 about its step: wall and phase times, its gradient norm before
+        the all-reduce, memory and (every ``distributed.hash_every`` steps) its parameter hash."""
+        self.group.heartbeat()
+        every = self.cfg.distributed.hash_every
+        return {"step_s": time.perf_counter() - self._step_started,
+                "time": {p: d for p, d in self.clock.durations.items() if p in sm.RANK_PHASES},
+                "grad_norm": self.updater.local_grad_norm, "rss_gb": sm.rss_gb(),
+                "hash": param_hash(self.models.actor, self.models.critic) if every and step % every == 0 else None}
+
+    def _follow_diagnose(self, step: int) -> None:
+        """The other ranks' DIAGNOSE: the global metrics from rank 0, shown to this rank's observers."""
+        seen = self.group.broadcast(None)
+        for fn in list(self.observers):
+            self._call_observer(fn, step, seen)
         self.last_metrics = seen
 
     def hotfix(self, step: int) -> None:
@@ -256,8 +308,13 @@ class Trainer:
         5. periodic and requested checkpoints;
         6. the step's phase times, then the step commit;
         7. last, rollbacks: a black finding's (diagnostics) and an approved rollback ticket (control),
-           each loading a checkpoint in-process (``rollback_to``, trainer/checkpoint.py).
+           each loading a checkpoint in-process (``rollback_to``, trainer/checkpoint.py);
+        8. data parallel: rank 0 publishes what this boundary did; the other ranks apply it
+           (:meth:`_follow_hotfix`).
         """
+        if not self.group.is_main:
+            self._follow_hotfix(step)
+            return
         self.diagnosis.act(step)
         if self.control is not None:
             self.control.before_hotfix(step)
@@ -276,6 +333,35 @@ class Trainer:
         self.diagnosis.act(step, rollback=True)
         if self.control is not None:
             self.control.after_hotfix(step)
+        if self.group.distributed:
+            self.group.publish(self._boundary_record())
+
+    def _boundary_record(self) -> dict[str, Any]:
+        """What the other ranks must apply at this boundary to hold rank 0's state."""
+        ctl = self.controllers
+        record = {**self._boundary, "live": self.live.params.as_dict(), "kl": ctl.kl.state_dict(),
+                  "clip": ctl.clip.state_dict() if ctl.clip else None, "stop": self.stop_requested,
+                  "step": self.step}
+        self._boundary = {"checkpoints": [], "rollback": None}
+        return record
+
+    def _follow_hotfix(self, step: int) -> None:
+        """The other ranks' HOTFIX: wait for rank 0's record (as long as it is paused), add this
+        rank's RNG states to the checkpoints it wrote, roll back with it, take its live parameters,
+        controllers and stop flag."""
+        with self.clock.phase("HOTFIX", step):
+            record = self.group.receive()
+            for path in record["checkpoints"]:  # the RNG streams have not moved since the step ended
+                ckpt.save_rank_rng(Path(path), self.group.rank, self)
+                self.last_checkpoint = path
+            if record["rollback"]:
+                self.rollback_to(Path(record["rollback"]))
+            self.live.set_params(LiveParams(**record["live"]))
+            self.controllers.kl.load_state_dict(record["kl"])
+            if self.controllers.clip is not None and record["clip"] is not None:
+                self.controllers.clip.load_state_dict(record["clip"])
+            self.stop_requested = bool(record["stop"])
+        self.clock.take_durations()
 
     # ------------------------------------------------------------------ the port (trainer/port.py)
 
@@ -291,6 +377,8 @@ class Trainer:
                                  critic=self.models.critic, state=self.state_dict(), reason=reason)
             if reason == "periodic":
                 ckpt.prune(path.parent, self.cfg.checkpoint.keep)
+            if self.group.distributed:
+                self._boundary["checkpoints"].append(str(path))  # the other ranks add their RNG states
             self.telemetry.checkpoint(step, str(path), reason=reason)
             # in the store before training goes on: a rollback ticket is validated against the
             # stored checkpoints (a checkpoint write already takes far longer than this flush)
@@ -304,7 +392,11 @@ class Trainer:
 
     def rollback_to(self, path: Path) -> int:
         """Load checkpoint ``path`` into this running trainer; returns the step it goes back to."""
-        return ckpt.restore(self, path)
+        step = ckpt.restore(self, path)
+        ckpt.restore_rank_rng(self, path, self.group.rank)
+        if self.group.distributed and self.group.is_main:
+            self._boundary["rollback"] = str(path)  # the other ranks roll back with it
+        return step
 
     def validation_rewards(self, step: int) -> list[float] | None:
         """Total reward per validation prompt (fixed sampling seed), timed as an EVAL phase; the
@@ -317,7 +409,10 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything an exact resume needs besides the weights (trainer/checkpoint.py)."""
-        return ckpt.trainer_state(self)
+        state = ckpt.trainer_state(self)
+        if self.group.distributed:
+            state["world_size"] = self.group.world_size
+        return state
 
     # ------------------------------------------------------------------ end
 
@@ -326,8 +421,7 @@ class Trainer:
         try:
             saved = bool(self.last_checkpoint and self.last_checkpoint.endswith(f"step_{self.step:07d}"))
             if self.telemetry is not None and reason and self.cfg.checkpoint.at_end and self.step > 0 and not saved:
-                self.checkpoint(self.step, reason)
-                self.telemetry.log(self.step, {"time/checkpoint_s": self.clock.take_durations()["CHECKPOINT"]})
+                self._final_checkpoint(reason)
         finally:
             self.clock.close()
             self.diagnosis.close()
@@ -338,6 +432,19 @@ class Trainer:
         run_id = self.telemetry.run_id if self.telemetry is not None else ""
         return TrainResult(run_id, status, self.step, dict(self.last_metrics), self.last_checkpoint,
                            self.cfg.telemetry.store)
+
+    def _final_checkpoint(self, reason: str) -> None:
+        """The checkpoint at the end: rank 0 writes it, then (data parallel, not after Ctrl-C, when
+        the ranks may not all get here) every other rank adds its RNG states."""
+        if self.group.is_main:
+            self.checkpoint(self.step, reason)
+            self.telemetry.log(self.step, {"time/checkpoint_s": self.clock.take_durations()["CHECKPOINT"]})
+        if self.group.distributed and reason != "interrupted":
+            self.group.barrier()
+            if not self.group.is_main:
+                path = ckpt.checkpoint_dir(self.cfg.checkpoint.dir, self.telemetry.run_id, self.step)
+                ckpt.save_rank_rng(path, self.group.rank, self)
+                self.last_checkpoint = str(path)
 
     # ------------------------------------------------------------------ helpers
 

@@ -13,6 +13,13 @@ and names; seed 003 §4-§5)::
 The loss terms are pure functions in :mod:`rlcockpit.trainer.losses` (tested against naive loops).
 Every minibatch's numbers are buffered under their catalog names and reduced once at the end of the
 phase (TRL style, NaN-aware): :class:`MinibatchStats`.
+
+Data parallel (a ``group`` of several ranks, trainer/distributed.py): each rank runs this loop on
+its shard with ``ppo.minibatch_size / world_size`` samples per minibatch; every loss is scaled by
+the rank's share of the global minibatch's tokens, so the averaged gradient is the gradient of the
+token mean over the *global* minibatch (not a mean of rank means); the optimizers average the
+gradients; the step's loss statistics are token-weighted over the ranks and the controllers move
+from the global KL and entropy, so every rank holds the same beta and epsilon.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -41,17 +49,28 @@ from rlcockpit.trainer.optim import (
 from rlcockpit.trainer.rollout import response_logits, response_values
 from rlcockpit.trainer.step import StepState
 
+if TYPE_CHECKING:
+    from rlcockpit.trainer.distributed import Group
+
+# statistics each rank measures on its own shard: token-weighted over the ranks (ratio_max: the max)
+RANK_STATS = ("policy/loss", "policy/clip_frac", "policy/ratio_mean", "policy/approx_kl", "policy/entropy",
+              "value/loss", "value/clip_frac")
+
 
 class Updater:
     """Owns the optimizers and the minibatch order generator; ``run`` performs one UPDATE phase."""
 
     def __init__(self, actor: nn.Module, critic: nn.Module | None, controllers: Controllers,
-                 cfg: TrainConfig) -> None:
+                 cfg: TrainConfig, group: Group | None = None) -> None:
         self.actor, self.critic, self.controllers, self.cfg = actor, critic, controllers, cfg
-        self.actor_opt = GuardedOptimizer(actor, cfg.optim, cfg.optim.actor_lr, split_embedding=True)
-        self.critic_opt = (GuardedOptimizer(critic, cfg.optim, cfg.optim.critic_lr, split_embedding=False)
-                           if critic is not None else None)
-        self.generator = torch.Generator().manual_seed(cfg.seed + 1)
+        self.group = group if group is not None and group.distributed else None
+        world = self.group.world_size if self.group else 1
+        self.minibatch_size = cfg.ppo.minibatch_size // world  # per rank; the global minibatch is the config's
+        self.actor_opt = GuardedOptimizer(actor, cfg.optim, cfg.optim.actor_lr, split_embedding=True, group=group)
+        self.critic_opt = (GuardedOptimizer(critic, cfg.optim, cfg.optim.critic_lr, split_embedding=False,
+                                            group=group) if critic is not None else None)
+        self.generator = torch.Generator().manual_seed(group.seed(cfg.seed + 1) if group else cfg.seed + 1)
+        self.local_grad_norm = math.nan  # data parallel: mean over the step of this rank's pre-reduce actor norm
         # gradient ring buffer for diagnostic snapshots (one number per layer per minibatch)
         self.gradstats = GradStats.for_models(actor, critic, self.actor_opt.groups.by_layer, cfg.seed) \
             if cfg.diagnostics.enabled else None
@@ -70,26 +89,57 @@ class Updater:
         critic_before = flat_params(self.critic) if self.critic is not None else None
         if self.gradstats is not None:
             self.gradstats.begin_step()
+        local_norms: list[float] = []
         for epoch in range(live.ppo_epochs):
             b_inds = torch.randperm(state.size, generator=self.generator)
-            for mb_inds in b_inds.split(self.cfg.ppo.minibatch_size):
-                self._policy_step(state, mb_inds, live, stats, first_epoch=epoch == 0)
+            for mb_inds in b_inds.split(self.minibatch_size):
+                share = self._token_share(state.update_mask[mb_inds])
+                local_norms.append(self._policy_step(state, mb_inds, live, stats, share, first_epoch=epoch == 0))
                 if self.critic_opt is not None:
-                    self._value_step(state, mb_inds, live, stats)
+                    self._value_step(state, mb_inds, live, stats, share)
             if on_epoch is not None:
                 on_epoch(epoch + 1, live.ppo_epochs)
         if self.gradstats is not None:
             self.gradstats.end_step(state.step)
         out = stats.reduce()
+        if self.group is not None:
+            out.update(self._over_ranks(out, float(state.update_mask.sum())))
+            finite = [n for n in local_norms if math.isfinite(n)]
+            self.local_grad_norm = float(np.mean(finite)) if finite else math.nan
         out["update/ratio/actor"] = update_ratio(actor_before, self.actor)
         if critic_before is not None:
             out["update/ratio/critic"] = update_ratio(critic_before, self.critic)  # type: ignore[arg-type]
         self._move_controllers(state, out)
         return out
 
+    def _token_share(self, mb_mask: torch.Tensor) -> float | None:
+        """Data parallel: world_size x this rank's share of the global minibatch's tokens (the loss
+        scale that makes the averaged gradient the global token mean's); None for one process."""
+        if self.group is None:
+            return None
+        local = float(mb_mask.sum())
+        (total,) = self.group.sum([local])
+        return self.group.world_size * local / total if total > 0 else 0.0
+
+    def _over_ranks(self, out: dict[str, float], tokens: float) -> dict[str, float]:
+        """The rank-measured statistics of the step over the group: token-weighted means (NaN-aware),
+        ``policy/ratio_max`` the max. The gradient norms need nothing: the gradients are already global."""
+        names = [n for n in RANK_STATS if n in out]
+        values = [out[n] for n in names]
+        weights = [tokens if math.isfinite(v) else 0.0 for v in values]
+        sums = self.group.sum([v * w if w else 0.0 for v, w in zip(values, weights, strict=True)] + weights)
+        k = len(names)
+        merged = {n: sums[i] / sums[k + i] if sums[k + i] > 0 else math.nan for i, n in enumerate(names)}
+        if "policy/ratio_max" in out:
+            ratio_max = out["policy/ratio_max"]
+            (merged["policy/ratio_max"],) = self.group.max([ratio_max if math.isfinite(ratio_max) else -math.inf])
+        return merged
+
     def _policy_step(self, state: StepState, mb_inds: torch.Tensor, live: LiveParams, stats: MinibatchStats,
-                     *, first_epoch: bool) -> None:
-        """Clipped surrogate + entropy bonus (+ GRPO's KL-to-reference term); one guarded actor step."""
+                     share: float | None = None, *, first_epoch: bool) -> float:
+        """Clipped surrogate + entropy bonus (+ GRPO's KL-to-reference term); one guarded actor step.
+        ``share``: the data-parallel loss scale (:meth:`_token_share`). Returns this rank's gradient
+        norm before the reduction (NaN for one process)."""
         mb = state.batch.select(mb_inds)
         mb_mask = state.update_mask[mb_inds]
         logits = response_logits(self.actor, mb, live.temperature)
@@ -104,6 +154,8 @@ class Updater:
         if self.cfg.algo == "grpo" and state.kl_coef > 0:  # GRPO: KL to the reference is a loss term
             loss = loss + state.kl_coef * kl_loss(newlogprob, state.ref_logprobs[mb_inds], mb_mask,
                                                   self.cfg.kl.estimator)
+        if share is not None:
+            loss = loss * share
         grads = self.actor_opt.step(loss, live.grad_clip_actor, live.grad_clip_embedding)
         if self.gradstats is not None:
             self.gradstats.after_actor(grads)
@@ -115,9 +167,10 @@ class Updater:
         if first_epoch:  # the entropy of the rollout policy, not of the policy being updated
             stats.add("policy/entropy", float(entropy_loss.detach()))
         stats.add_grads(grads, "actor", layers=True)
+        return grads.local
 
     def _value_step(self, state: StepState, mb_inds: torch.Tensor, live: LiveParams,
-                    stats: MinibatchStats) -> None:
+                    stats: MinibatchStats, share: float | None = None) -> None:
         """Clipped value loss on the separate critic; one guarded critic step on vf_coef * v_loss."""
         mb = state.batch.select(mb_inds)
         mb_mask = state.update_mask[mb_inds]
@@ -125,7 +178,8 @@ class Updater:
         clip = live.value_clip if live.value_clip > 0 else None
         v_loss, v_clipfrac = value_loss(newvalue, state.values[mb_inds], state.value_targets[mb_inds], mb_mask,
                                         clip)
-        grads = self.critic_opt.step(self.cfg.ppo.vf_coef * v_loss, live.grad_clip_critic, 0.0)  # type: ignore[union-attr]
+        scaled = self.cfg.ppo.vf_coef * v_loss if share is None else self.cfg.ppo.vf_coef * v_loss * share
+        grads = self.critic_opt.step(scaled, live.grad_clip_critic, 0.0)  # type: ignore[union-attr]
         if self.gradstats is not None:
             self.gradstats.after_critic(grads)
         stats.add("value/loss", float(v_loss.detach()))
@@ -143,8 +197,11 @@ class Updater:
     def _move_controllers(self, state: StepState, stats: dict[str, float]) -> None:
         """For the next step: beta follows the measured KL (per-sequence sum, batch mean), epsilon
         the entropy."""
-        kl_mean = float(state.token_kl.sum(-1).mean())
-        self.controllers.kl.update(kl_mean, state.size)
+        kl_mean, n = float(state.token_kl.sum(-1).mean()), state.size
+        if self.group is not None:  # the global batch's mean: every rank moves beta alike
+            kl_sum, n = self.group.sum([float(state.token_kl.sum()), float(state.size)])
+            kl_mean, n = kl_sum / n, int(n)
+        self.controllers.kl.update(kl_mean, n)
         if self.controllers.clip is not None:
             self.controllers.clip.update(stats.get("policy/entropy", math.nan))
 
