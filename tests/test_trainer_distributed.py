@@ -11,7 +11,10 @@
   mean of terms of both signs near 0, ~4e-7 absolute); the rewards are identical.
 - checkpoint + resume of a 2-rank run is exact (every metric but time / perf / sys / per-rank timing);
 - adaptive controllers and normalisers hold identical state on both ranks;
-- a ticket (a live parameter), pause / resume, rollback and stop reach both ranks at the same boundary.
+- a ticket (a live parameter), pause / resume, rollback and stop reach both ranks at the same boundary;
+- a slow rank and a rank whose weights were nudged show in the per-rank metrics (its own rollout
+  time, the other rank's wait, dist/param_hash_mismatch) and ``rlcockpit doctor``'s distributed
+  detectors (straggler, rank_divergence) find them in the stored run.
 
 Slow tier (tests/conftest.py SLOW_MODULES): each test starts two training processes.
 """
@@ -161,6 +164,8 @@ def _worker(rank: int, world: int, port: int, spec: dict) -> None:
     trainer.add_step_hook(record)
     if rank == 0 and spec["scenario"] == "tickets":
         _ticket_hooks(trainer, cfg)
+    if rank == 1 and spec["scenario"] == "faults":
+        _slow_and_perturbed(trainer)
     result = trainer.run()
     group.close()
     out = {"seen": seen, "status": result.status, "step": result.step, "run_id": result.run_id}
@@ -205,6 +210,29 @@ def _ticket_hooks(trainer, cfg) -> None:
             approve(plane.tickets.command(p["olga"], run_id, "stop", "enough"))
 
     trainer.add_step_hook(hook)
+
+
+def _slow_and_perturbed(trainer) -> None:
+    """Rank 1 only: every rollout 0.3 s slower (a straggler); before step 4 one weight nudged (the
+    ranks' parameters diverge)."""
+    import torch
+
+    from rlcockpit.trainer import trainer as trainer_module
+
+    sample = trainer_module.sample_responses
+
+    def slow(*args, **kwargs):
+        time.sleep(0.3)
+        return sample(*args, **kwargs)
+
+    trainer_module.sample_responses = slow
+
+    def perturb(t, step):
+        if step == 4:
+            with torch.no_grad():
+                next(t.models.actor.parameters()).view(-1)[0] += 1e-3
+
+    trainer.add_step_hook(perturb)
 
 
 def _run_two_ranks(tmp_path: Path, scenario: str, overrides: list[str]) -> list[dict]:
@@ -265,3 +293,29 @@ def test_tickets_pause_rollback_and_stop_reach_both_ranks_at_the_same_boundary(t
         assert steps == [(1, 0.05, 0.05), (2, 0.05, 0.05), (3, 0.2, 0.2), (4, 0.2, 0.2),  # ticket at 2
                          (3, 0.05, 0.05), (4, 0.05, 0.05), (5, 0.05, 0.05)]  # rolled back to 2, stop at 5
     assert ranks[0]["seen"] == ranks[1]["seen"]
+
+
+def test_a_slow_rank_and_a_diverged_rank_show_in_the_per_rank_metrics_and_the_detectors(tmp_path):
+    steps = 9
+    ranks = _run_two_ranks(tmp_path, "faults", _cfg_overrides(
+        tmp_path, f"train.steps={steps}", "rollout.batch_size=4", "ppo.minibatch_size=4",
+        "distributed.hash_every=1"))
+    assert [r["status"] for r in ranks] == ["finished", "finished"]
+    uri, run_id = _uri(tmp_path), ranks[0]["run_id"]
+    got = {n: dict(v) for n, v in series(uri, run_id).items() if n.startswith("dist/")}
+    for step in range(1, steps + 1):
+        slow, fast = got["dist/time/rollout_s/rank/1"][step], got["dist/time/rollout_s/rank/0"][step]
+        assert slow - fast > 0.2, (step, slow, fast)  # the straggler's own phase
+        # rank 0 waits for it at the first collective after ROLLOUT and SCORE (ADVANTAGE's moments)
+        assert got["dist/time/advantage_s/rank/0"][step] > got["dist/time/advantage_s/rank/1"][step]
+        assert all(math.isfinite(got[f"dist/{m}/rank/{r}"][step]) for m in ("heartbeat_age_s", "rss_gb", "step_s",
+                                                                                 "grad_norm") for r in (0, 1))
+    assert got["dist/param_hash_mismatch"] == {s: (0.0 if s < 4 else 1.0) for s in range(1, steps + 1)}
+    assert set(got["dist/param_hash_checked"].values()) == {1.0}
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "rlcockpit", "doctor", "--store", uri, "--run", run_id, "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr  # a red finding: the ranks' parameters differ
+    fired = {f["detector"] for f in json.loads(proc.stdout)["findings"]}
+    assert {"straggler", "rank_divergence"} <= fired, fired
