@@ -21,6 +21,15 @@ def test_every_command_module_is_installed():
     assert names >= EXPECTED, f"missing commands: {EXPECTED - names} (modules {COMMAND_MODULES})"
 
 
+def test_every_module_of_the_cli_package_is_a_command_module():
+    """A module directly under rlcockpit.cli registers commands; helpers live in cli/_support."""
+    package = ROOT / "src" / "rlcockpit" / "cli"
+    modules = {p.stem for p in package.glob("*.py")} - {"__init__"}
+    assert modules == set(COMMAND_MODULES), (
+        f"not in COMMAND_MODULES: {sorted(modules - set(COMMAND_MODULES))}; "
+        f"no such module: {sorted(set(COMMAND_MODULES) - modules)} (helpers belong in cli/_support/)")
+
+
 def test_docs_cli_md_is_current():
     doc = ROOT / "docs" / "cli.md"
     assert doc.read_text(encoding="utf-8") == cli_markdown(), (

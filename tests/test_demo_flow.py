@@ -1,5 +1,5 @@
-"""The newcomer's demo end to end (`rlcockpit demo`, cli/_support/demo_users.py, cli/demo_guide.py): the
-printed sign-in links carry working tokens of the right roles, the incident guide is printed once
+"""The newcomer's demo end to end (`rlcockpit demo`, cli/_support/demo_users.py and demo_guide.py):
+the printed sign-in links carry working tokens of the right roles, the incident guide is printed once
 with the fix that undoes the scripted lr_spike, following it (a ticket requested by demo-operator,
 approved by demo-approver) gets the change applied and its effect measured within the run, the
 cockpit keeps serving after training, and a second demo on the same store replaces its demo users
@@ -190,7 +190,7 @@ def test_no_users_keeps_the_demo_cockpit_open_for_reading(tmp_path):
 def test_the_guide_without_a_changed_parameter_points_at_the_library():
     """An incident no live change explains (e.g. a reward fault): no ticket to propose, the guide
     names the library entries; without a server it points at `rlcockpit doctor`."""
-    from rlcockpit.cli.demo_guide import GuideContext, changed_params, guide_lines
+    from rlcockpit.cli._support.demo_guide import GuideContext, changed_params, guide_lines
     from rlcockpit.records import FindingRecord
 
     first = FindingRecord(step=7, detector="reward_shape", severity="orange", message="reward shifted left",
@@ -206,7 +206,7 @@ def test_the_guide_without_a_changed_parameter_points_at_the_library():
 
 
 def test_the_guide_names_the_rollback_step_when_a_checkpoint_precedes_the_incident():
-    from rlcockpit.cli.demo_guide import GuideContext, guide_lines
+    from rlcockpit.cli._support.demo_guide import GuideContext, guide_lines
     from rlcockpit.records import FindingRecord
 
     first = FindingRecord(step=100, detector="update_ratio", severity="orange", message="ratio jumped",

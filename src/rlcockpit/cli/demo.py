@@ -6,8 +6,8 @@ the trainer trains; halfway through, a scripted incident (a fault from :mod:`rlc
 ``lr_spike`` by default) breaks the run so a newcomer sees a failure detected, explained and
 snapshotted live. The demo creates two users (``demo-operator``, ``demo-approver``,
 :mod:`._support.demo_users`) and prints their sign-in links; when the incident fires, the terminal
-prints a guide (:mod:`.demo_guide`) to the ticket that undoes it. :func:`run_demo` is a plain
-function so other launchers can call it.
+prints a guide (:mod:`._support.demo_guide`) to the ticket that undoes it. :func:`run_demo` is a
+plain function so other launchers can call it.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def run_demo(steps: int = DEFAULT_STEPS, store: str = DEFAULT_STORE, seed: int =
 
 def _guide(trainer: Any, cfg: Any, url: str | None, people: Any, console: Any) -> Any:
     """The incident guide as a step hook; it prints through the Live's console, above the table."""
-    from rlcockpit.cli.demo_guide import GuideContext, IncidentGuide
+    from rlcockpit.cli._support.demo_guide import GuideContext, IncidentGuide
 
     ctx = GuideContext(url=url, store=cfg.telemetry.store, effect_steps=cfg.control.effect_steps,
                        operator=people.named("operator") if people else None,
