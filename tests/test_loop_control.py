@@ -119,6 +119,43 @@ def test_pause_blocks_until_resume_and_stop_ends_the_run_stopped(tmp_path):
     assert plane.store.get_ticket(resume.ticket_id).boundary_step == 0
 
 
+def test_the_boundary_asks_the_store_when_the_tickets_signal_changed_or_a_second_passed(tmp_path, monkeypatch):
+    """A ticket approved through any store object (here another one in this process) applies at the
+    next boundary; while no ticket changes, a boundary costs a stat of the signal file, not a query;
+    a writer that does not signal (raw SQL here) is still seen within QUIET_POLL_S."""
+    import sqlite3
+
+    from rlcockpit.integrations import loop_control
+
+    monkeypatch.setattr(loop_control, "QUIET_POLL_S", 3600.0)  # no second passes on a slow machine
+    uri, run = _run(tmp_path)
+    plane = _plane(uri)
+    asked: list[int] = []
+    approved = run._control.channel.approved
+    monkeypatch.setattr(run._control.channel, "approved", lambda: asked.append(1) or approved())
+
+    def boundary(step: int) -> list[int]:
+        taken = []
+        for change in run.pending_changes(step):
+            taken.append(change.ticket_id)
+            change.applied()
+        return taken
+
+    assert [boundary(s) for s in range(4)] == [[]] * 4 and len(asked) == 1
+    tid = _approved(plane, run.run_id, "lr", 0.02)
+    assert boundary(4) == [tid] and len(asked) == 2
+    assert boundary(5) == [] and len(asked) == 3  # the ticket changed at boundary 4 (applied)
+    assert boundary(6) == [] and len(asked) == 3
+    quiet = plane.tickets.request(OLGA, run.run_id, "lr", 0.03, "test")
+    assert boundary(7) == [] and len(asked) == 4
+    with sqlite3.connect(tmp_path / "loop.db") as conn:  # approved behind the signal's back
+        conn.execute("UPDATE tickets SET status = 'approved' WHERE ticket_id = ?", (quiet.ticket_id,))
+    assert boundary(8) == [] and len(asked) == 4
+    monkeypatch.setattr(loop_control, "QUIET_POLL_S", 0.0)  # the second has passed
+    assert boundary(9) == [quiet.ticket_id] and run.live_params["lr"] == 0.03
+    run.close()
+
+
 def test_setup_fails_fast_and_run_time_fails_soft(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'plain.db'}"
     with rlcockpit.init(project="p", store=uri) as run, pytest.raises(ConfigError, match="live_params"):

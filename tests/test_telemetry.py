@@ -226,6 +226,42 @@ def test_resume_continues_the_same_run(db):
     assert [r.run_id for r in reader.list_runs()] == ["r1"]
 
 
+def test_a_deferred_block_reaches_the_writer_whole_at_its_end(db):
+    """Run.deferred (the TRL callback's step boundary): what the block logs is handed over in order
+    as one item at its end; another thread's records and a flush go through meanwhile; close()
+    inside the block hands it over first."""
+    import threading
+
+    run = rlcockpit.init(store=db, run_id="held", flush_interval_s=0.05)
+    with run.deferred():
+        run.log(0, {"held": 1.0})
+        run.log_samples(0, [sample(0), sample(1)])
+        run.event(0, "note", {"n": 1})
+        with run.deferred():  # nested: the outer block hands everything over
+            run.log(0, {"nested": 2.0})
+        run.commit(0)
+
+        def direct():
+            run.log(1, {"direct": 1.0})
+            run.commit(1)
+            assert run.flush()
+
+        thread = threading.Thread(target=direct)
+        thread.start()
+        thread.join()
+        assert set(reader_of(db).latest("held")) == {"direct"}
+    assert run.flush()
+    reader = reader_of(db)
+    assert reader.latest("held") == {"held": (0, 1.0), "nested": (0, 2.0), "direct": (1, 1.0)}
+    assert reader.summary("held").samples == 2 and [e.kind for e in reader.read_events("held")] == ["note"]
+    with run.deferred():
+        run.log(2, {"late": 3.0})
+        run.close()
+        run.log(3, {"after": 1.0})  # after close(): counted, as outside a block
+    assert run.dropped == {"metrics": 1}
+    assert reader_of(db).latest("held")["late"] == (2, 3.0)
+
+
 # --------------------------------------------------------------------------- failing softly
 
 

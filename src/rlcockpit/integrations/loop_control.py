@@ -27,6 +27,10 @@ is failed at the next boundary. The effect of an applied parameter change is mea
 before vs after the boundary (the logged ``reward/mean`` of those steps when no samples are
 logged), and the KL / entropy / reward windows.
 
+A boundary asks the store for approved tickets when its tickets signal changed since the last
+question that found none (a SQLite store: one ``stat`` of ``<store>-tickets``, which every process
+appends to after a ticket change), and at least every ``QUIET_POLL_S`` regardless.
+
 Fail soft: a store error is logged and the tickets stay queued for a later boundary.
 """
 
@@ -48,6 +52,7 @@ log = logging.getLogger("rlcockpit.integrations.loop_control")
 LOOP_COMMANDS = ("checkpoint", "rollback")  # carried out by the loop itself
 MAX_REWARDS_PER_STEP = 512  # bounds the memory the effect measurement holds per step
 MAX_WINDOW_REWARDS = 4096  # and the size of the reward lists kept in a ticket's effect
+QUIET_POLL_S = 1.0  # the store is asked for approved tickets at least this often, signal or not
 UNACKNOWLEDGED = "the training loop neither applied nor failed it (call change.applied() or change.failed(reason))"
 
 
@@ -137,6 +142,9 @@ class LoopControl:
         self._outstanding: list[Change] = []
         self._step = int(run.info.last_step or 0)
         self._published: dict[str, Any] | None = None
+        self._tickets_version = getattr(store, "tickets_version", None)  # the store's tickets signal, if any
+        self._quiet_version: Any = None  # the signal when the store last had no approved ticket
+        self._asked_at = 0.0
 
     def start(self) -> None:
         """Publish the live parameters (setup: a store error raises)."""
@@ -165,14 +173,29 @@ class LoopControl:
         self._step = step = int(step)
         self._soft("settling the last boundary", self._settle, step)
         yield from self._take(step)
+        if self.paused:
+            self.run.hand_over()  # what the loop holds in run.deferred() reaches the store while it waits
         while self.paused and not self.stop_requested and not self.run.closed:
             time.sleep(self.cfg.poll_interval_s)
             yield from self._take(step)
         self._soft("publishing the live parameters", self._publish, step, "live")
         self._prune(step)
 
+    def _approved(self) -> list[TicketRecord]:
+        """The run's approved tickets. The store's tickets signal (``tickets_version``: one ``stat``)
+        saves the query while no ticket changed since a query that found none — at most
+        ``QUIET_POLL_S``: the store is still asked that often, for a writer that does not signal."""
+        version = self._tickets_version() if self._tickets_version is not None else None
+        now = time.monotonic()
+        if version is not None and version == self._quiet_version and now - self._asked_at < QUIET_POLL_S:
+            return []
+        tickets = self._soft("reading approved tickets", self.channel.approved)
+        self._quiet_version = version if tickets == [] else None  # found some, or failed: ask again next time
+        self._asked_at = now
+        return tickets or []
+
     def _take(self, step: int) -> Iterator[Change]:
-        tickets = self._soft("reading approved tickets", self.channel.approved) or []
+        tickets = self._approved()
         for ticket in sorted(tickets, key=lambda t: t.ticket_id):  # in the order they were requested
             if self.stop_requested:
                 return

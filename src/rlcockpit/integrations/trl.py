@@ -39,10 +39,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from rlcockpit.integrations.aliases import rename_keys
+from rlcockpit.integrations.aliases import rename_keys, to_catalog
 from rlcockpit.integrations.importers._base import LENGTH_MEAN, SEQUENCE_KL, TOKEN_KL
 from rlcockpit.integrations.trl_knobs import apply_change, knobs_of
-from rlcockpit.integrations.trl_samples import samples_of
+from rlcockpit.integrations.trl_samples import samples_of, token_names
 
 log = logging.getLogger("rlcockpit.integrations.trl")
 SOURCES = {"GRPOTrainer": "trl-grpo", "RLOOTrainer": "trl-grpo", "PPOTrainer": "trl-ppo"}
@@ -129,18 +129,20 @@ class RlcockpitCallback(TrainerCallback):
                 self._worker = ThreadPoolExecutor(1, thread_name_prefix="rlcockpit-diagnose")
         if trainer is not None and hasattr(trainer, "_generate_and_score_completions"):
             self._capture_completions(trainer)
+        to_catalog("rlcockpit/set-up", self.source)  # loads the alias tables and the catalog now, not in step 1
         self.run.event(state.global_step, "trl_attached", {"trainer": algo, "source": self.source})
 
     def _capture_completions(self, trainer: Any) -> None:
         generate = trainer._generate_and_score_completions
         callback = self
+        names = token_names(trainer)  # token ids -> strings, each id converted once for the run
 
         def generate_and_log(inputs, *a, **kw):
             output = generate(inputs, *a, **kw)
             try:
                 step = trainer.state.global_step + 1  # the optimizer step these completions train
                 first = callback._next_sample_id.get(step, 0)
-                found = samples_of(trainer, inputs, output, step, first)
+                found = samples_of(trainer, inputs, output, step, first, names)
                 callback._next_sample_id[step] = first + len(found)
                 callback._samples.setdefault(step, []).extend(found)
             except Exception as exc:  # fail soft: training goes on without these samples
@@ -161,18 +163,20 @@ class RlcockpitCallback(TrainerCallback):
         if self.run is None or not logs or "train_runtime" in logs:
             return
         step = state.global_step
-        metrics = self._metrics(logs)
-        self.run.log(step, metrics)
-        samples = []
-        for st in [st for st in sorted(self._samples) if st <= step]:
-            samples = self._samples.pop(st)
-            self.run.log_samples(st, samples)
-        self.run.commit(step)
-        if any(k.startswith("eval_") for k in logs):
-            return
-        self._collect(wait=False)  # the findings ready by now: their actions act at this boundary
-        self._diagnose(step, metrics, [s for s in samples if s.step == step])
-        self._boundary(step, args, control)
+        # the writer thread is woken once, after the boundary (a pause hands the step over first)
+        with self.run.deferred():
+            metrics = self._metrics(logs)
+            self.run.log(step, metrics)
+            samples = []
+            for st in [st for st in sorted(self._samples) if st <= step]:
+                samples = self._samples.pop(st)
+                self.run.log_samples(st, samples)
+            self.run.commit(step)
+            if any(k.startswith("eval_") for k in logs):
+                return
+            self._collect(wait=False)  # the findings ready by now: their actions act at this boundary
+            self._diagnose(step, metrics, [s for s in samples if s.step == step])
+            self._boundary(step, args, control)
 
     def on_save(self, args, state, control, **kwargs):
         if self.run is not None:

@@ -79,7 +79,7 @@ class SqliteStore:
         """The control plane's tables (users, live parameters, tickets, audit): docs/control.md."""
         from rlcockpit.store.sqlite_control import SqliteControlStore
 
-        return SqliteControlStore(self._connect)
+        return SqliteControlStore(self._connect, signal=self.path.with_name(self.path.name + "-tickets"))
 
     def layouts(self):
         """Saved dashboard layouts, one per project (store/layouts.py)."""

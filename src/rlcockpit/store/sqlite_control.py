@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rlcockpit.errors import NotFoundError, StoreError
@@ -43,10 +45,40 @@ def _dumps(value: Any) -> str:
 
 
 class SqliteControlStore:
-    """Implements :class:`rlcockpit.store.base.ControlStore`."""
+    """Implements :class:`rlcockpit.store.base.ControlStore`.
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+    ``signal``: a file beside the database (``<store>-tickets``) that every process appends one byte
+    to after it commits a ticket change, so a training loop can tell with one ``stat`` whether its
+    tickets may have changed (:meth:`tickets_version`) instead of querying the store each step."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], signal: Path | None = None) -> None:
         self._conns = ThreadConnections(connect)
+        self._signal = signal
+        self._signal_fd: int | None = None
+
+    # ------------------------------------------------------------------ the tickets signal
+
+    def tickets_version(self) -> tuple[int, int] | None:
+        """A value that changes whenever a process using this store created or changed a ticket
+        since (None: cannot tell, ask the store). The signal file is opened (created if need be)
+        once and then only ``fstat``-ed: no path lookup per call."""
+        if self._signal is None:
+            return None
+        try:
+            if self._signal_fd is None:
+                self._signal_fd = os.open(self._signal, os.O_RDONLY | os.O_CREAT, 0o644)
+            st = os.fstat(self._signal_fd)
+        except OSError:
+            return None
+        return (st.st_size, st.st_mtime_ns)
+
+    def _tickets_changed(self) -> None:
+        """After a committed ticket change: one byte more in the signal file. Fail soft — readers
+        still ask the store at least every second (LoopControl)."""
+        if self._signal is None:
+            return
+        with contextlib.suppress(OSError), open(self._signal, "ab") as f:
+            f.write(b".")
 
     # ------------------------------------------------------------------ connections
 
@@ -72,6 +104,9 @@ class SqliteControlStore:
 
     def close(self) -> None:
         self._conns.close()
+        fd, self._signal_fd = self._signal_fd, None
+        if fd is not None:
+            os.close(fd)
 
     # ------------------------------------------------------------------ users
 
@@ -149,6 +184,7 @@ class SqliteControlStore:
                                [_ticket_value(c, getattr(ticket, c)) for c in cols])
             ticket = dataclasses.replace(ticket, ticket_id=cur.lastrowid)
             self._append(conn, dataclasses.replace(audit, ticket_id=cur.lastrowid))
+        self._tickets_changed()
         return ticket
 
     def get_ticket(self, ticket_id: int) -> TicketRecord:
@@ -193,6 +229,7 @@ class SqliteControlStore:
                 return None
             if audit is not None:
                 self._append(conn, dataclasses.replace(audit, ticket_id=int(ticket_id)))
+        self._tickets_changed()
         return self.get_ticket(ticket_id)
 
     # ------------------------------------------------------------------ audit

@@ -20,7 +20,7 @@ from rlcockpit.errors import ConfigError, NotFoundError
 from rlcockpit.records import Batch, EventRecord, RunInfo, SampleRecord
 from rlcockpit.telemetry.drops import DropCounter
 from rlcockpit.telemetry.policy import TokenArrayPolicy, WriterOptions
-from rlcockpit.telemetry.writer import BackgroundWriter
+from rlcockpit.telemetry.writer import BackgroundWriter, ItemQueue
 
 DEFAULT_STORE = "sqlite:///rlcockpit.db"
 
@@ -37,10 +37,13 @@ class Run:
         self.options = options
         self.token_arrays = token_arrays
         self._drops = DropCounter(options.warn_interval_s)
-        self._items: queue.Queue = queue.Queue(maxsize=options.queue_size)
+        self._items = ItemQueue(maxsize=options.queue_size)
         self._closed = self._closing = False
         self._control: Any = None  # the loop's control link: rlcockpit.init(live_params=..., control=...)
         self._last_step: Any = info.last_step or 0
+        self._held: list[tuple] | None = None  # items held by deferred() in the thread self._holder
+        self._holder: int | None = None
+        self._hold_lock = threading.Lock()
         self._close_lock = threading.Lock()
         self._thread = BackgroundWriter(store=store_writer, run_id=self.run_id, items=self._items,
                                         options=options, policy=token_arrays, drops=self._drops)
@@ -100,8 +103,50 @@ class Run:
     def commit(self, step: int) -> None:
         """Declare ``step`` complete: its records are written together at the next write."""
         # when the queue is full nothing is lost: the step completes on the next step or when idle
+        if self._held is not None and self._holder == threading.get_ident():
+            self._held.append(("commit", step, None, 0.0))
+            return
         with contextlib.suppress(queue.Full):
             self._items.put_nowait(("commit", step, None, 0.0))
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Hand what this thread logs inside the block to the writer as one queue item at its end,
+        without waking the writer thread: it takes the item at its next timed wake-up (at most
+        ``flush_interval_s / 4`` later; ``flush`` and ``close`` take it at once).
+
+        Each item queued otherwise wakes the writer, which costs the training thread a context
+        switch and then competes with it for the GIL; a step boundary that logs its metrics,
+        samples, findings and commit inside ``deferred()`` costs one locked append instead. The
+        items keep their order and their wall times (a full queue drops the block's records,
+        counted)."""
+        if not self._hold_lock.acquire(blocking=False):  # nested (the outer block hands over), or
+            yield  # another thread holds its own items: log as usual
+            return
+        self._held, self._holder = [], threading.get_ident()
+        try:
+            yield
+        finally:
+            self.hand_over()
+            self._hold_lock.release()
+
+    def hand_over(self) -> None:
+        """Queue now what :meth:`deferred` holds for this thread (one ``batch`` item), e.g. before
+        the loop blocks (a pause); later calls in the block queue as usual."""
+        if self._held is None or self._holder != threading.get_ident():
+            return
+        held, self._held, self._holder = self._held, None, None
+        reason = "closed" if self._closed else None
+        if held and reason is None:
+            try:
+                self._items.put_quietly(("batch", None, held, 0.0))  # taken at the writer's next wake-up
+                return
+            except queue.Full:
+                reason = "queue_full"
+        for kind, _, payload, _ in held:
+            if kind != "commit":
+                self._drops.add(kind, _count(kind, payload), reason,
+                                "logged after close()" if reason == "closed" else "")
 
     # ------------------------------------------------------------------ tickets and commands
 
@@ -145,6 +190,7 @@ class Run:
         """Block until everything logged so far is written (True) or ``timeout`` passed (False)."""
         if self._closed or not self._thread.is_alive():
             return not self._thread.is_alive()
+        self.hand_over()
         done = threading.Event()
         deadline = time.monotonic() + timeout
         try:
@@ -174,6 +220,7 @@ class Run:
             if self._closing:
                 return
             self._closing = True
+        self.hand_over()
         if self._control is not None:
             status = self._close_control(status)
         self._closed = True
@@ -219,15 +266,14 @@ class Run:
         item and were never written: count them instead of losing them silently."""
         while True:
             try:
-                kind, _, payload, _ = self._items.get_nowait()
+                item = self._items.get_nowait()
             except queue.Empty:
                 return
-            if kind == "flush":
-                payload.set()  # nothing more will be written: do not keep the caller waiting
-            elif kind in ("metrics", "samples"):
-                self._drops.add(kind, len(payload), "closed", "logged while closing")
-            elif kind not in ("commit", "close"):
-                self._drops.add(kind, 1, "closed", "logged while closing")
+            for kind, _, payload, _ in (item[2] if item[0] == "batch" else [item]):
+                if kind == "flush":
+                    payload.set()  # nothing more will be written: do not keep the caller waiting
+                elif kind not in ("commit", "close"):
+                    self._drops.add(kind, _count(kind, payload), "closed", "logged while closing")
 
     def __enter__(self) -> Run:
         return self
@@ -251,6 +297,9 @@ class Run:
             self._drops.add(kind, n, "closed", "logged after close()")
             return
         self._last_step = step
+        if self._held is not None and self._holder == threading.get_ident():
+            self._held.append((kind, step, payload, time.time()))
+            return
         try:
             self._items.put_nowait((kind, step, payload, time.time()))
         except queue.Full:
@@ -258,6 +307,11 @@ class Run:
 
     def _at_exit(self) -> None:
         self.close("failed" if _uncaught.seen else "finished")
+
+
+def _count(kind: str, payload: Any) -> int:
+    """How many records a queue item holds (metrics and samples: one per entry)."""
+    return len(payload) if kind in ("metrics", "samples") else 1
 
 
 class _UncaughtException:
