@@ -319,3 +319,17 @@ def test_a_slow_rank_and_a_diverged_rank_show_in_the_per_rank_metrics_and_the_de
     assert proc.returncode == 2, proc.stderr  # a red finding: the ranks' parameters differ
     fired = {f["detector"] for f in json.loads(proc.stdout)["findings"]}
     assert {"straggler", "rank_divergence"} <= fired, fired
+
+
+def test_the_distributed_benchmark_runs_quick(tmp_path):
+    """benchmarks/distributed.py --quick: 1 and 2 real ranks, 4 simulated; the last line is its JSON."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "distributed.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    head = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert head["step_s_1"] > 0 and head["step_s_2"] > 0 and head["efficiency"] == pytest.approx(head["speedup"] / 2, abs=1e-3)  # JSON rounds
+    sim = head["simulated"]
+    assert sim["ranks"] == 4 and sim["samples_rank0_writes"] == 64 and sim["bytes_into_rank0"] > sim["bytes_per_rank"]
