@@ -44,7 +44,7 @@ demo: $(STAMP)
 	$(VENV)/bin/rlcockpit demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check --no-cache src tests benchmarks
 	cd src && ../$(VENV)/bin/lint-imports ../pyproject.toml --no-cache
 
 test: $(STAMP) $(BROWSER) $(OPS_DAEMONS) lint

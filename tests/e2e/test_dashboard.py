@@ -148,9 +148,8 @@ def test_wall_clock_axis_toggle_is_remembered(fixture_store, serve, page):
 def test_a_dropped_stream_resumes_at_its_cursor_without_gaps_or_repeats(tmp_path, serve, page):
     import random
 
-    import storekit
-
     import rlcockpit
+    import storekit
 
     uri = f"sqlite:///{tmp_path / 'live.db'}"
     rng = random.Random(3)

@@ -21,9 +21,8 @@ EXTRA = ("eval/accuracy/math", "eval/accuracy/chat", "update/ratio/actor", "sys/
 def two_runs(tmp_path_factory) -> tuple[str, str, str]:
     """Two finished 30-step runs of project "e2e" ("baseline", "lr-high") with the dashboard's
     metrics plus eval / update / sys / optim ones; returns (uri, first run, second run)."""
-    import storekit
-
     import rlcockpit
+    import storekit
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('panels') / 'runs.db'}"
     ids = []

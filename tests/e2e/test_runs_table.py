@@ -13,9 +13,8 @@ from conftest import wait_for
 
 @pytest.fixture(scope="module")
 def three_runs(tmp_path_factory) -> tuple[str, list[str]]:
-    import storekit
-
     import rlcockpit
+    import storekit
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('runs') / 'runs.db'}"
     ids = []

@@ -3,9 +3,8 @@ never a blank panel) and the runs list with the comparison of two runs."""
 
 from __future__ import annotations
 
-import storekit
-
 import rlcockpit
+import storekit
 from conftest import allow_console_error, wait_for
 from rlcockpit.store import open_store
 
