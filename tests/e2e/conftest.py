@@ -52,7 +52,11 @@ def serve() -> Iterator[Any]:
     servers: list[ServerThread] = []
 
     def start(uri: str, access: Any = None) -> ServerThread:
-        servers.append(serve_store(uri, access=access, keepalive_s=5.0))
+        from rlcockpit.store import open_store
+
+        # opened (and created if need be) here, as a user's `rlcockpit serve` would: a trainer started
+        # in a thread just before may not have created its store file yet
+        servers.append(serve_store(uri, open_store(uri), access=access, keepalive_s=5.0))
         return servers[-1]
 
     yield start
