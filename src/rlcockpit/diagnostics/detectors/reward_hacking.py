@@ -309,6 +309,10 @@ def distinct_3(responses: Sequence[str], max_chars: int) -> float:
     return len(unique) / total if total else math.nan
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 class TemplateWatch:
     """The template / distinct-n part of :class:`RewardHacking` (reads the step's responses)."""
 
@@ -343,10 +347,14 @@ class TemplateWatch:
         self._pending.append((shares, distinct))
 
     def _reference_share(self, gram: str) -> tuple[float, float]:
-        recent = np.asarray([c.get(gram, 0.0) for c, _ in self._reference])
-        early = np.asarray([c.get(gram, 0.0) for c in self._early]) if self._early else recent
-        base = recent if recent.mean() <= early.mean() else early
-        return float(base.mean()), float(base.std())
+        """(mean, population std) of the n-gram's share over the reference steps, or over the
+        early steps when those held less of it (plain Python: ≤ ``window`` values, called for
+        every candidate n-gram of every step)."""
+        recent = [c.get(gram, 0.0) for c, _ in self._reference]
+        early = [c.get(gram, 0.0) for c in self._early] if self._early else recent
+        recent_mean, early_mean = _mean(recent), _mean(early)
+        base, mean = (recent, recent_mean) if recent_mean <= early_mean else (early, early_mean)
+        return mean, math.sqrt(sum((v - mean) ** 2 for v in base) / len(base))
 
     def _risen(self, shares: Counter) -> list[tuple[str, float, float]]:
         """(n-gram, share now, reference share) of the n-grams that rose above their noise."""
