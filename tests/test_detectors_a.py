@@ -531,6 +531,24 @@ def test_stall_kl_penalty_quiet_for_adaptive_beta_a_kl_runaway_and_a_mild_penalt
     assert penalty(make("stall", penalty_share=0.2), mild) != []
 
 
+def test_stall_kl_penalty_from_the_pull_share_where_the_kl_is_a_loss_term():
+    """GRPO with β 10 from step 1: the KL stays tiny (β × p99 far below the reward's spread), but the
+    KL term holds 10-37% of the per-token gradient weight (healthy: <= 3%) - orange from its second step."""
+    pulls = [0.10, 0.15, 0.14, 0.22, 0.14, 0.13]
+    rows = [{**row, "kl/pull_share": p} for row, p in zip(_penalty_rows([10.0] * 6, p99=0.02), pulls,
+                                                          strict=True)]
+    step, cond = first(make("stall"), rows, "orange", "kl_penalty")
+    assert step == 1 and cond.evidence["onset_step"] == 0 and cond.evidence["pull_share"] == 0.15
+    assert cond.evidence["share"] < 1 and "15% of the per-token gradient weight" in cond.message
+    assert "β 10" in cond.message and "梯度权重" in cond.message_zh
+    healthy = [{**row, "kl/pull_share": 0.027} for row in _penalty_rows([0.05] * 30, p99=0.6)]
+    assert penalty(make("stall"), healthy) == []
+    no_beta = [{k: v for k, v in row.items() if k != "kl/coef"} for row in rows]  # TRL logs no β
+    assert "β not logged" in penalty(make("stall"), no_beta)[0].message
+    runaway = [{**row, "kl/mean": 25.0} for row in rows]  # the KL ran away: kl_tiers', not a stall
+    assert penalty(make("stall"), runaway) == []
+
+
 def test_stall_heartbeat_red_after_silence():
     det = make("stall", heartbeat_s=60)
     assert det.tick(100.0, 50.0) is None

@@ -15,7 +15,7 @@ import torch
 from rlcockpit.errors import ConfigError
 from rlcockpit.trainer.advantage import RunningMeanStd, ValueNormalizer, token_rewards
 from rlcockpit.trainer.controllers import AdaptiveClipEps, AdaptiveKLController, FixedKLController
-from rlcockpit.trainer.losses import entropy_bonus, kl_loss, policy_loss, value_loss
+from rlcockpit.trainer.losses import entropy_bonus, kl_loss, kl_pull_share, policy_loss, value_loss
 
 SEEDS = [0, 1, 2]
 TOL = 1e-5
@@ -142,6 +142,22 @@ def test_entropy_bonus_and_kl_loss_equal_naive(seed):
     assert close(kl_loss(logp, ref, mask, estimator="k1"), want_k1)
     loss.backward()
     assert torch.isfinite(logp.grad).all() and logp.grad[~mask.bool()].abs().sum() == 0
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_kl_pull_share_equals_naive(seed):
+    """beta x mean |d k3 / d log pi| over that + mean |A|, over the valid tokens only."""
+    mask, gen = make_mask(seed)
+    logp = -rand_like_mask(mask, gen).abs()
+    ref = -rand_like_mask(mask, gen).abs()
+    adv = rand_like_mask(mask, gen)
+    beta = 0.5 + seed
+    pull = beta * statistics.fmean(abs(1 - math.exp(float(ref[c]) - float(logp[c]))) for c in cells(mask))
+    push = statistics.fmean(abs(float(adv[c])) for c in cells(mask))
+    assert close(kl_pull_share(logp, ref, adv, mask, beta), pull / (pull + push))
+    assert kl_pull_share(logp, ref, adv, mask, 0.0) == 0.0
+    assert kl_pull_share(ref, ref, adv, mask, beta) == 0.0  # at the reference nothing pulls
+    assert kl_pull_share(logp, ref, torch.zeros_like(adv), mask, beta) is None  # nothing pushes
 
 
 def test_losses_on_an_empty_batch_are_zero_not_nan():

@@ -203,6 +203,22 @@ def test_k1_and_k3_are_unbiased_estimates_of_the_true_kl():
 def test_unknown_kl_estimator_is_rejected():
     with pytest.raises(ValueError, match="k4"):
         rl.kl_per_token(torch.zeros(1, 1), torch.zeros(1, 1), "k4")
+    with pytest.raises(ValueError, match="k4"):
+        rl.kl_pull_weight(torch.zeros(1, 1), torch.zeros(1, 1), "k4")
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+@pytest.mark.parametrize("seed", range(3))
+def test_kl_pull_weight_is_the_estimators_gradient_magnitude(estimator, seed):
+    """The closed form equals |d kl_t / d log pi_t| by autograd, token by token; 0 at pi = pi_ref
+    for k2 and k3 (nothing to pull back), 1 everywhere for k1."""
+    gen = torch.Generator().manual_seed(seed)
+    logp = (-torch.rand(3, 5, generator=gen, dtype=torch.float64) * 4).requires_grad_(True)
+    ref = -torch.rand(3, 5, generator=gen, dtype=torch.float64) * 4
+    rl.kl_per_token(logp, ref, estimator).sum().backward()
+    assert torch.allclose(rl.kl_pull_weight(logp.detach(), ref, estimator), logp.grad.abs(), atol=1e-12)
+    same = rl.kl_pull_weight(ref, ref, estimator)
+    assert torch.equal(same, torch.ones_like(ref) if estimator == "k1" else torch.zeros_like(ref))
 
 
 # --- GAE ---------------------------------------------------------------------------------

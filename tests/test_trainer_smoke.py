@@ -42,7 +42,7 @@ BASE = ["reward/mean", "reward/std", "reward/min", "reward/max", "reward/raw/mea
           for m in (f"accuracy/{c}", f"reward/category/{c}/mean"))]
 PPO_ONLY = ["value/loss", "value/mean", "value/std", "value/explained_var", "value/clip_frac", "value/clip_range",
             "returns/mean", "grad/norm/critic", "grad/clip/critic", "update/ratio/critic", "optim/lr/critic"]
-GRPO_ONLY = ["reward/frac_zero_std_groups"]
+GRPO_ONLY = ["reward/frac_zero_std_groups", "kl/pull_share"]
 
 
 def run_cli(tmp_path: Path, algo: str, *extra: str) -> tuple[str, Path]:

@@ -143,6 +143,10 @@ _KL = _specs("kl", [
     ("kl/target", "nats", "none",
      "Target sequence KL: the adaptive KL controller moves beta toward it; with a fixed beta it is "
      "the level the KL detectors judge against. The warning line on the KL chart. Live parameter."),
+    ("kl/pull_share", "fraction", "down",
+     "Where the KL is a loss term (GRPO): beta x mean |d KL_t / d log pi_t| over that + mean |A_t|, "
+     "the share of the per-token gradient weight that pulls back to the reference. Healthy: a few "
+     "percent; above 0.5 the penalty outweighs the advantages and the policy cannot move."),
     ("kl/cycle_delta", "nats", "flat",
      "KL growth over one PPO cycle: kl/mean at this step minus kl/mean at the previous step. "
      "Healthy: around 0; a run of positive values is a steady drift from the reference."),

@@ -150,6 +150,24 @@ def kl_per_token(
     return torch.expm1(logr) - logr
 
 
+def kl_pull_weight(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k1"
+) -> torch.Tensor:
+    """|d kl_t / d log pi_t| per token -> ``[B, T]``: how hard a KL loss term pulls each token's
+    log-probability towards the reference (the advantage pushes it with weight |A_t| rho_t).
+
+    With logr = ref - logp: k1 -> 1, k2 -> |logr|, k3 -> |1 - exp(logr)| (0 where pi = pi_ref).
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl estimator {estimator!r} is unknown; choose one of {KL_ESTIMATORS}")
+    logr = ref_logprobs - logprobs
+    if estimator == "k1":
+        return torch.ones_like(logr)
+    if estimator == "k2":
+        return logr.abs()
+    return torch.expm1(logr).abs()
+
+
 def gae(
     token_rewards: torch.Tensor,
     values: torch.Tensor,

@@ -17,6 +17,7 @@ from rlcockpit.metrics.rl import (
     clip_fraction,
     fill_masked,
     kl_per_token,
+    kl_pull_weight,
     masked_max,
     masked_mean,
 )
@@ -95,3 +96,21 @@ def kl_loss(
     logprobs = fill_masked(logprobs, mask)
     ref_logprobs = fill_masked(ref_logprobs.detach(), mask)
     return masked_mean(kl_per_token(logprobs, ref_logprobs, estimator), mask)
+
+
+def kl_pull_share(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+    kl_coef: float, estimator: str = "k3",
+) -> float | None:
+    """The KL loss term's share of the per-token gradient weight on log pi (0-1): beta x the mean
+    |d kl_t / d log pi_t| over beta x that + the mean |A_t| (the surrogate's weight at ratio 1).
+    Near 0 in a healthy GRPO step; above 0.5 the pull back to the reference outweighs what the
+    advantages ask for, and the policy cannot move (DeepSeekMath eq. 4's beta too large). None when
+    every advantage is 0 (GRPO groups with identical rewards): nothing pushes, no share to state."""
+    logprobs = fill_masked(logprobs.detach(), mask)
+    ref_logprobs = fill_masked(ref_logprobs.detach(), mask)
+    pull = kl_coef * float(masked_mean(kl_pull_weight(logprobs, ref_logprobs, estimator), mask))
+    push = float(masked_mean(fill_masked(advantages.detach(), mask).abs(), mask))
+    if push <= 0:
+        return None
+    return pull / (pull + push)

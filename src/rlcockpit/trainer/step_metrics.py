@@ -48,6 +48,7 @@ LOGGED_METRICS: dict[str, str] = {
     "reward/fusion_beta": "every step, with a reward model (info/fusion_beta)",
     "kl/mean": "every step", "kl/token_mean": "every step", "kl/token_max": "every step",
     "kl/token_p99": "every step", "kl/coef": "every step (live / adaptive)", "kl/target": "every step (live; the adaptive controller's target)",
+    "kl/pull_share": "GRPO with kl.coef > 0",
     "kl/cycle_delta": "from the second step",
     "policy/entropy": "every step", "policy/entropy_uniform": "every step (log of the actor's vocabulary size)",
     "policy/approx_kl": "every step", "policy/clip_frac": "every step",

@@ -38,7 +38,7 @@ from rlcockpit.trainer.config import TrainConfig
 from rlcockpit.trainer.controllers import Controllers
 from rlcockpit.trainer.gradstats import GradStats
 from rlcockpit.trainer.live import LiveParams
-from rlcockpit.trainer.losses import entropy_bonus, kl_loss, policy_loss, value_loss
+from rlcockpit.trainer.losses import entropy_bonus, kl_loss, kl_pull_share, policy_loss, value_loss
 from rlcockpit.trainer.optim import (
     GuardedOptimizer,
     StepGrads,
@@ -154,6 +154,10 @@ class Updater:
         if self.cfg.algo == "grpo" and state.kl_coef > 0:  # GRPO: KL to the reference is a loss term
             loss = loss + state.kl_coef * kl_loss(newlogprob, state.ref_logprobs[mb_inds], mb_mask,
                                                   self.cfg.kl.estimator)
+            pull = kl_pull_share(newlogprob, state.ref_logprobs[mb_inds], state.advantages[mb_inds], mb_mask,
+                                 state.kl_coef, self.cfg.kl.estimator)
+            if pull is not None:
+                stats.add("kl/pull_share", pull)
         if share is not None:
             loss = loss * share
         grads = self.actor_opt.step(loss, live.grad_clip_actor, live.grad_clip_embedding)

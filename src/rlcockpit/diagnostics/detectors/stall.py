@@ -20,6 +20,12 @@ the returns (and the policy gradient) mostly say "go back to the reference", bef
 window can show it. What it reads is the state of the objective, not a change: β is context in
 the evidence (its level before), never the trigger — an operator who raises β a little never
 gets it; one who raises it until the penalty swamps the reward gets it, rightly.
+Where the KL is a loss term (GRPO), the trainer logs ``kl/pull_share``: β × the mean
+|∂KL_t/∂log π_t| over that plus the mean |A_t| — the share of the per-token gradient weight that
+pulls back to the reference. It reads the objective directly, so it also sees a β that is too large
+from the first step, where the KL never grew and β × KL p99 stays small: the same "kl_penalty" key
+fires when the share is at least ``penalty_pull`` for ``penalty_steps`` steps in a row with the KL
+in range.
 Heartbeat: ``tick()`` with no new step for ``heartbeat_s`` seconds.
 Default thresholds: window 50 steps, k 10, reward moved < 1 σ (the difference of two medians of
 10 noisy values alone has a spread of ~0.56 σ), KL relative range < 0.2, or KL < 1e-3 nats per
@@ -32,8 +38,15 @@ fixed or adaptive) stay ≤ 0.4 (≤ 0.08 over their first 25 steps); on the kl_
 (β 0.05 → 10) it is 3.9–7.7 from the onset with the KL at 0.0–0.15 nats per sequence (target 1);
 the lr_spike run reaches 1–6 too, but with its KL at 25–80× the target: a KL runaway, not a
 penalty that pins the policy (``kl_tiers``).
+Pull share ≥ 0.1 for 2 steps in a row, KL below 1.5× its scale → orange (key "kl_penalty").
+Calibration (tiny GRPO, fixed and adaptive KL; seeds 100, 101, 203 and 400–404): healthy runs
+never hold 2 steps in a row above 0.03 (single steps up to 0.26 in 200, where a minibatch's
+advantages were nearly all 0); β = 10 from step 1 holds 0.10–0.47 and fires at step 2–3 in 14/14
+runs; β = 1 from step 1 reaches 0.06–0.11 two steps running (2/14 fire: at β = 1 the KL still grows
+like a healthy run's for the first 20 steps, and the reward climbs as fast).
 No step for 600 s → red (key "heartbeat").
-Scale assumptions: the reward's movement in units of its own spread; the KL's flatness relative
+Scale assumptions: the reward's movement in units of its own spread; the pull share is a ratio of
+per-token gradient weights (no units); the KL's flatness relative
 to its range and to its scale (``_kl.KLScale``: target or per-token comfort level); the 1e-3
 per-sequence floor applies only to runs that log ``kl/mean``; the heartbeat is wall-clock
 seconds (raise ``heartbeat_s`` for slow steps of a big model).
@@ -78,6 +91,9 @@ class StallConfig(Config):
                            range=(0.0, 1e6))
     penalty_share: float = option(1.0, help="The KL penalty dominates when β × kl/token_p99 ≥ this "
                                   "× reward/std ...", range=(0.0, 1e6))
+    penalty_pull: float = option(0.1, help="... or, where the KL is a loss term (GRPO, kl/pull_share "
+                                 "logged), when the KL term holds at least this share of the per-token "
+                                 "gradient weight ...", range=(0.0, 1.0))
     penalty_steps: int = option(2, help="... for this many steps in a row ...", range=(1, 100000))
     penalty_kl_max: float = option(1.5, help="... while the KL is below this × its target or "
                                    "comfort level (above it the KL itself ran away: kl_tiers).",
@@ -98,7 +114,7 @@ class Stall(Detector):
     name = "stall"
     family = "stall"
     reads = ("reward/mean", "kl/mean", "kl/token_mean", "kl/target", "response/length_mean",
-             "kl/coef", "kl/token_p99", "reward/std")
+             "kl/coef", "kl/token_p99", "reward/std", "kl/pull_share")
     patterns = ("training_stall", "heartbeat_lost")
     signal = "reward/KL"
     Config = StallConfig
@@ -127,23 +143,33 @@ class Stall(Detector):
         if coef is not None:
             self._coef.push(coef, view.step)
         share = coef * p99 / max(spread, 1e-12) if None not in (coef, p99, spread) else None
-        dominates = share is not None and share >= cfg.penalty_share and \
-            _kl_in_range(view, reading, cfg.penalty_kl_max)
+        pull = view.finite("kl/pull_share")
+        by_reward = share is not None and share >= cfg.penalty_share
+        by_pull = pull is not None and pull >= cfg.penalty_pull
+        dominates = (by_reward or by_pull) and _kl_in_range(view, reading, cfg.penalty_kl_max)
         held = self._dominates.update(dominates, view.step)
         if held < cfg.penalty_steps:
             return None
         evidence = {"kl_coef": coef, "kl_coef_before": before, "kl_token_p99": p99,
-                    "penalty": coef * p99, "reward_std": spread, "share": share,
-                    "share_threshold": cfg.penalty_share,
+                    "penalty": None if None in (coef, p99) else coef * p99, "reward_std": spread,
+                    "share": share, "share_threshold": cfg.penalty_share, "pull_share": pull,
+                    "pull_threshold": cfg.penalty_pull,
                     **(reading.evidence() if reading else {}), "signal": "KL penalty",
                     "onset_step": self._dominates.onset}
-        return Condition("orange", f"learning will stall: the KL penalty dominates the reward "
-                         f"(β × KL p99 {coef * p99:.3g} per token vs reward std {spread:.3g} for "
-                         f"{held} steps, the KL itself in range; β {coef:.3g})", evidence,
-                         key="kl_penalty",
-                         message_zh=f"训练将停滞：KL 惩罚压倒了奖励（每 token 惩罚 "
-                                    f"{coef * p99:.3g}，奖励标准差 {spread:.3g}，已连续 {held} 步；"
-                                    f"β={coef:.3g}）")
+        beta = f"β {coef:.3g}" if coef is not None else "β not logged"
+        if by_reward:
+            return Condition("orange", f"learning will stall: the KL penalty dominates the reward "
+                             f"(β × KL p99 {coef * p99:.3g} per token vs reward std {spread:.3g} for "
+                             f"{held} steps, the KL itself in range; {beta})", evidence,
+                             key="kl_penalty",
+                             message_zh=f"训练将停滞：KL 惩罚压倒了奖励（每 token 惩罚 "
+                                        f"{coef * p99:.3g}，奖励标准差 {spread:.3g}，已连续 {held} 步；"
+                                        f"{beta}）")
+        return Condition("orange", f"learning will stall: the KL loss term pulls back to the reference "
+                         f"with {pull:.0%} of the per-token gradient weight (healthy: a few %) for "
+                         f"{held} steps, the KL itself in range; {beta}", evidence, key="kl_penalty",
+                         message_zh=f"训练将停滞：KL 损失项把策略拉回参考模型，占每 token 梯度权重的 "
+                                    f"{pull:.0%}（健康时仅几个百分点），已连续 {held} 步；{beta}")
 
     def _flatness(self, view: StepView, reading: KLReading | None) -> Condition | None:
         self._reward.push(view.finite("reward/mean"), view.step)
