@@ -99,6 +99,29 @@ def test_kl_tiers_comfort_level_covers_a_noisy_sampled_estimator():
     assert first(make("kl_tiers"), runaway, "black")[0] == 81
 
 
+def _at(step, **metrics):
+    return StepView(step, {k.replace("__", "/"): v for k, v in metrics.items()})
+
+
+def test_kl_tiers_start_yellow_when_the_reference_is_not_the_starting_checkpoint():
+    """Step 1, before any update: the tiny world's token maximum is <= 5e-11; a reference perturbed
+    by 0.1 sigma gives 0.48-1.23 nats. Judged on the first step seen only, and only if it is step 1."""
+    det = make("kl_tiers", target=1.0)
+    (cond,) = det.update(_at(1, kl__mean=0.03, kl__token_mean=0.0026, kl__token_max=0.48))
+    assert cond.severity == "yellow" and cond.key == "start" and cond.evidence["kl_token_max"] == 0.48
+    assert "not the checkpoint the policy starts from" in cond.message and "参考模型" in cond.message_zh
+    assert det.update(_at(2, kl__mean=0.03, kl__token_mean=0.0026, kl__token_max=0.9)) == []
+    healthy = make("kl_tiers", target=1.0)
+    assert healthy.update(_at(1, kl__mean=5e-12, kl__token_mean=3e-13, kl__token_max=5e-11)) == []
+    # no token maximum logged (TRL, verl): the token mean, with a margin over verl's 0.001 at step 1
+    assert make("kl_tiers").update(_at(1, kl__token_mean=0.001)) == []
+    (cond,) = make("kl_tiers").update(_at(1, kl__token_mean=-0.49))  # real run 023: another reference
+    assert cond.key == "start" and "token-mean KL is -0.49" in cond.message
+    late = make("kl_tiers")  # a log that starts later has no clean start
+    assert late.update(_at(20, kl__token_mean=0.5, kl__token_max=3.0)) == []
+    assert make("kl_tiers", start_token_max=0).update(_at(1, kl__token_mean=0.2, kl__token_max=3.0)) == []
+
+
 def test_kl_tiers_config_is_validated():
     with pytest.raises(ConfigError, match="red_ratio"):
         make("kl_tiers", yellow_ratio=3.0, red_ratio=2.0)

@@ -15,7 +15,19 @@ tiny GRPO runs, fixed or adaptive KL, spike to 3–9× their target for one step
 for two steps in a row — seed 102, adaptive KL, 200 steps); black when KL > 10× for 2 consecutive steps (the seed's
 absolute bound 0.2–0.5 is 10× its 0.02–0.05 target; two steps, so one spike of a sampled
 estimator never stops a run).
-Scale assumptions: none in nats — only ratios. Real-run corpus (docs/detection.md): TRL per-token
+Start (key "start"): at step 1 the policy has not been updated, so in the usual setup (the
+reference is the policy's starting checkpoint) its KL to the reference is 0 up to rounding. A
+largest token KL ``kl/token_max`` ≥ ``start_token_max`` = 0.1 nats at step 1 (or, where no token
+maximum is logged, |``kl/token_mean``| ≥ ``start_token_mean`` = 0.01 nats) → yellow: the reference
+is not the checkpoint the policy starts from — right for on-policy distillation from a teacher,
+otherwise the wrong reference (a different or corrupted checkpoint, another tokenizer). Judged only
+when the first step seen is step 1 (a log that starts later, or averages its first steps, has no
+clean start; one numbered from 0 is not judged). Calibration: the tiny world's step 1 has a token maximum of ≤ 5e-11 (PPO and GRPO);
+the reference perturbed by 0.1 σ per tensor gives 0.48–1.23, by 0.3 σ 3.6–9.8 (seeds 100, 101, 400);
+the real runs' step-1 token means are |KL| ≤ 0.001 (006, 007, 013–016, 021) except the
+distillation-style runs 011, 012 and 023, whose reference differs by design.
+Scale assumptions: none in nats — only ratios (the start check: nats per token of one token,
+a unit that does not grow with the response). Real-run corpus (docs/detection.md): TRL per-token
 KL medians 0.0003–0.054 on runs that look healthy (009 max 0.15 = 1.0× the floor); 008 climbs to
 2.5 per token (red/black: a real runaway, reward flat); the 011 collapse reaches 17 per token.
 False positives: a target set far below what the task needs (every step is "above target"); a
@@ -52,6 +64,12 @@ class KLTiersConfig(Config):
                                 range=(1, 100000))
     token_floor: float = option(TOKEN_FLOOR, help="No target: the comfort level is at least this "
                                 "(nats per token).", range=(1e-9, 1e6))
+    start_token_max: float = option(0.1, help="Step 1: yellow when the largest token KL is at "
+                                    "least this (the reference is not the starting checkpoint); "
+                                    "0 = off.", range=(0.0, 1e6))
+    start_token_mean: float = option(0.01, help="... or, with no token maximum logged, when the "
+                                     "token-mean KL is at least this in absolute value.",
+                                     range=(0.0, 1e6))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -65,7 +83,7 @@ class KLTiersConfig(Config):
 class KLTiers(Detector):
     name = "kl_tiers"
     family = "kl"
-    reads = ("kl/mean", "kl/token_mean", "kl/target", "response/length_mean")
+    reads = ("kl/mean", "kl/token_mean", "kl/target", "response/length_mean", "kl/token_max")
     patterns = ("kl_explosion",)
     signal = "KL"
     Config = KLTiersConfig
@@ -78,9 +96,40 @@ class KLTiers(Detector):
         self._red = Streak()
         self._black = Streak()
 
-    def update(self, view: StepView) -> Condition | object | None:
+        self._seen = False
+
+    def update(self, view: StepView) -> list[Condition] | object:
         if not has_kl(view):
             return SKIPPED
+        start = None if self._seen else self._start(view)
+        self._seen = True
+        tier = self._tier(view)
+        return [c for c in (start, tier) if c is not None]
+
+    def _start(self, view: StepView) -> Condition | None:
+        """Step 1, before any update: a KL to the reference well above 0 (key "start")."""
+        cfg = self.config
+        if view.step != 1 or not cfg.start_token_max:
+            return None
+        top, mean = view.finite("kl/token_max"), view.finite("kl/token_mean")
+        if top is not None:
+            off, what, value, limit = top >= cfg.start_token_max, "largest token KL", top, cfg.start_token_max
+        elif mean is not None:
+            off, what, value, limit = abs(mean) >= cfg.start_token_mean, "token-mean KL", mean, cfg.start_token_mean
+        else:
+            return None
+        if not off:
+            return None
+        return Condition("yellow", f"the {what} is {value:.3g} nats at step {view.step}, before any update "
+                         f"(≥ {limit:g}): the reference model is not the checkpoint the policy starts from "
+                         "(right for distillation from a teacher; otherwise a wrong or corrupted reference)",
+                         {"kl_token_max": top, "kl_token_mean": mean, "threshold": limit, "signal": "KL",
+                          "onset_step": view.step}, key="start",
+                         message_zh=f"第 {view.step} 步（尚未更新）{'最大 token' if top is not None else 'token 平均'} "
+                                    f"KL 为 {value:.3g} nats：参考模型不是策略的初始检查点"
+                                    "（教师蒸馏时属正常，否则参考模型有误或已损坏）")
+
+    def _tier(self, view: StepView) -> Condition | None:
         reading = self._scale.read(view)
         if reading is None:
             return None  # NaN/inf is the nonfinite detector's finding
