@@ -141,7 +141,7 @@ def make_jobs(split: str, names: Sequence[str] | None, quick: bool, n_seeds: int
     is the twin of every fault run of that config and seed."""
     from rlcockpit import faults
 
-    catalog = list(faults.available())
+    catalog = [name for name, f in faults.available().items() if not f.distributed]  # one process: no rank faults
     names = list(names or (QUICK_FAULTS if quick else catalog))
     seeds = SPLITS[split][:1] if quick else SPLITS[split][:n_seeds]
     jobs: list[Job] = []

@@ -333,3 +333,45 @@ def test_the_distributed_benchmark_runs_quick(tmp_path):
     assert head["step_s_1"] > 0 and head["step_s_2"] > 0 and head["efficiency"] == pytest.approx(head["speedup"] / 2, abs=1e-3)  # JSON rounds
     sim = head["simulated"]
     assert sim["ranks"] == 4 and sim["samples_rank0_writes"] == 64 and sim["bytes_into_rank0"] > sim["bytes_per_rank"]
+
+
+# ---------------------------------------------------------------------------- the rank faults
+
+RANK_FAULTS = [
+    # fault, steps, extra overrides, (detector, severity, key), exit code, run status
+    ("rank_params_diverged", 5, ["distributed.hash_every=1"], ("rank_divergence", "red", None), 0, "finished"),
+    ("rank_straggler", 11, [], ("straggler", "orange", "rank/1"), 0, "finished"),
+    ("rank_frozen", 8, ["distributed.timeout_s=40", "diagnostics.detectors.rank_heartbeat.floor_s=10"],
+     ("rank_heartbeat", "red", "rank/1"), 1, "failed"),
+]
+
+
+@pytest.mark.parametrize(("name", "steps", "extra", "want", "code", "status"), RANK_FAULTS,
+                         ids=[f[0] for f in RANK_FAULTS])
+def test_rlcockpit_faults_run_breaks_rank_1_of_2_and_its_detector_names_it(tmp_path, name, steps, extra, want,
+                                                                          code, status):
+    """`rlcockpit faults run NAME --nproc 2` as a user runs it (torchrun, 2 gloo ranks): rank 0 records the
+    fault event (acting on rank 1) and the detector's finding, live; a frozen rank fails the run after the
+    collective timeout, its heartbeat finding raised while the group waited."""
+    import subprocess
+
+    uri = _uri(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "rlcockpit", "faults", "run", name, "--nproc", "2", "--store", uri,
+                           "--steps", str(steps), "rollout.batch_size=4", "ppo.minibatch_size=4", *extra],
+                          capture_output=True, text=True, timeout=420, cwd=tmp_path)
+    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-3000:]
+    r = reader(uri)
+    try:
+        (run,) = r.list_runs()
+        found = r.read_findings(run.run_id)
+        (event,) = r.read_events(run.run_id, kinds=["fault"])
+    finally:
+        r.close()
+    assert run.status == status
+    assert event.step == 3 and event.payload["fault"] == name and event.payload["rank"] == 1
+    detector, severity, key = want
+    hits = [f for f in found if f.detector == detector and f.severity == severity]
+    assert hits, [(f.step, f.detector, f.severity, f.message) for f in found]
+    if key is not None:
+        assert hits[0].evidence["key"] == key and "rank 1" in hits[0].message
+    assert hits[0].step >= 2  # after the fault (a frozen rank: found after the last step it finished, 2)

@@ -4,6 +4,7 @@
     rlcockpit faults run lr_spike --seed 0 --store sqlite:///faults.db --onset 10 --steps 30
     rlcockpit faults run lr_spike --onset 0 --magnitude mild          # x3, present from the first step
     rlcockpit faults run rm_component_bias --shape ramp --ramp 15     # reached over 15 steps
+    rlcockpit faults run rank_straggler --nproc 2                     # rank 1 of 2 slowed (torchrun)
 
 A fault run is a real, short tiny-world training run (trainer defaults = examples/ppo_tiny.yaml, or
 --config) with the diagnostics on; the onset is recorded as an event of kind "fault". See
@@ -15,6 +16,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,7 @@ EPILOG = """examples:
   rlcockpit faults run entropy_collapse --config examples/grpo_tiny.yaml --store faults.db
   rlcockpit faults run lr_spike --onset 0 --magnitude mild --store faults.db
   rlcockpit faults run hedge_reward --shape ramp --ramp 15 --store faults.db
+  rlcockpit faults run rank_straggler --nproc 2 --store faults.db rollout.batch_size=8
 
 Then: rlcockpit doctor --store faults.db --run RUN_ID (the run id is printed at the end)."""
 
@@ -56,6 +61,8 @@ def register(subparsers: Any) -> None:
     rp.add_argument("--steps", type=int, help="training steps (default: first faulted step + 20, + the ramp)")
     rp.add_argument("--config", type=Path, help="YAML config instead of the trainer defaults")
     rp.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    rp.add_argument("--nproc", type=int, default=1, metavar="N",
+                    help="data-parallel run on N processes of this machine (torchrun); the rank_* faults need 2+")
     rp.set_defaults(func=cmd_run)
     p.set_defaults(func=lambda args: _usage(p))
 
@@ -119,7 +126,25 @@ def cmd_run(args: argparse.Namespace) -> int:
                           f"{fault.first_step}", details={"steps": steps, "onset": fault.onset})
     cfg = fault_config(seed=args.seed, store=args.store, steps=steps, name=f"fault-{fault.name}-s{args.seed}",
                        config=args.config, overrides=args.overrides)
-    result = run_fault(fault, cfg)
+    under_torchrun = "WORLD_SIZE" in os.environ
+    world = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.nproc
+    if fault.rank is not None and world <= fault.rank:
+        from rlcockpit.errors import ConfigError
+
+        raise ConfigError(f"fault {fault.name} acts on rank {fault.rank} of a data-parallel run: add --nproc "
+                          f"{fault.rank + 1} (or more)", details={"fault": fault.name, "nproc": world})
+    if args.nproc > 1 and not under_torchrun:
+        return _launch(args, cfg)
+    from rlcockpit.trainer.distributed import init_group
+
+    # a rank fault may set the group's own settings (rank_frozen: a short collective timeout)
+    group = init_group(fault.configure(cfg).distributed if fault.distributed else cfg.distributed)
+    try:
+        result = run_fault(fault, cfg, group=group)
+    finally:
+        group.close()
+    if not group.is_main:
+        return 0 if result.status in ("finished", "stopped") else 1
     summary = {**dataclasses.asdict(result), "variant": fault.variant(), "first_step": fault.first_step,
                "findings": _findings(result)}
     if args.json:
@@ -127,6 +152,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         _print_summary(summary)
     return 0 if result.status in ("finished", "stopped") else 1
+
+
+def _launch(args: argparse.Namespace, cfg: Any) -> int:
+    """``--nproc N``: this command under torchrun (a free rendezvous port on this machine), N ranks."""
+    from rlcockpit.errors import ConfigError
+
+    if cfg.rollout.batch_size % args.nproc or cfg.ppo.minibatch_size % args.nproc:
+        raise ConfigError(f"--nproc {args.nproc}: rollout.batch_size={cfg.rollout.batch_size} and "
+                          f"ppo.minibatch_size={cfg.ppo.minibatch_size} must be multiples of {args.nproc}",
+                          details={"key": "nproc", "value": args.nproc})
+    argv = ["faults", "run", args.name, *args.overrides, "--seed", str(args.seed), "--store", args.store]
+    for flag, value in (("--onset", args.onset), ("--magnitude", args.magnitude), ("--shape", args.shape),
+                        ("--ramp", args.ramp), ("--steps", args.steps), ("--config", args.config)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if args.json:
+        argv.append("--json")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
+           "-m", "rlcockpit", *argv]
+    return subprocess.call(cmd)
 
 
 def _findings(result: Any) -> list[dict[str, Any]]:

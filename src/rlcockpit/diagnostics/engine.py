@@ -62,6 +62,7 @@ class Engine:
         self._incidents: list[_Incident] = []
         self._prefix = incident_prefix
         self._last_step_wall: float | None = None
+        self._last_step = 0
         self._changes: deque[dict[str, Any]] = deque(maxlen=CHANGES_KEPT)
 
     @classmethod
@@ -89,6 +90,7 @@ class Engine:
         view = StepView(step=int(step), metrics=_as_floats(metrics), samples=tuple(samples),
                         wall_time=float(wall_time))
         self._last_step_wall = view.wall_time or self._last_step_wall
+        self._last_step = max(self._last_step, view.step)
         out: list[FindingRecord] = []
         for det in self.detectors:
             if det.name in self.errors:
@@ -104,7 +106,8 @@ class Engine:
     def tick(self, wall_time: float) -> list[FindingRecord]:
         """Heartbeat checks between steps (a stalled trainer logs no step)."""
         out: list[FindingRecord] = []
-        step = max((a.since for a in self._active.values()), default=0)
+        # the last step seen: a heartbeat finding is "after step N" (no step came since)
+        step = max([self._last_step, *(a.since for a in self._active.values())])
         for det in self.detectors:
             if det.name in self.errors:
                 continue

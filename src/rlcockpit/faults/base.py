@@ -126,6 +126,9 @@ class Fault:
     # the metrics the fault moves, as keys of the `baseline` detector (a finding comparing the run with a
     # healthy run of the same recipe counts for the fault when it names one of them)
     baseline_keys: tuple[str, ...] = ()
+    # data parallel: the rank the fault acts on (None = every rank of any run); such a fault needs a
+    # run of at least rank + 1 ranks (`rlcockpit faults run NAME --nproc 2`) and rank 0 records its event
+    rank: int | None = None
 
     def __post_init__(self) -> None:
         if self.onset < 0 or self.onset == 1:
@@ -142,6 +145,15 @@ class Fault:
             raise ConfigError(f"fault {self.name}: a live change present from the start (onset 0) is a config "
                               "value and cannot ramp; use onset >= 2 for a ramp, or shape 'step'",
                               details={"onset": self.onset, "ramp": self.ramp})
+
+    @property
+    def distributed(self) -> bool:
+        """A fault of data-parallel runs (it acts on one rank of several)."""
+        return self.rank is not None
+
+    def acts_on(self, trainer: Any) -> bool:
+        """Whether this process is where the fault's action runs."""
+        return self.rank is None or getattr(getattr(trainer, "group", None), "rank", 0) == self.rank
 
     # ------------------------------------------------------------------ variants
 
@@ -207,6 +219,11 @@ class Fault:
 
     def install(self, trainer: Trainer) -> Trainer:
         """Add the step hook that injects the live change / action and records the ``fault`` event."""
+        world = getattr(getattr(trainer, "group", None), "world_size", 1)
+        if self.rank is not None and world <= self.rank:
+            raise ConfigError(f"fault {self.name} acts on rank {self.rank} of a data-parallel run; this run has "
+                              f"{world} rank(s): rlcockpit faults run {self.name} --nproc {self.rank + 1}",
+                              details={"fault": self.name, "rank": self.rank, "world_size": world})
         if self.reward is not None and trainer.cfg.reward.fn != fault_rewards.SPEC:
             raise ConfigError(f"fault {self.name} corrupts the reward: apply it to the config before building "
                               "the Trainer (cfg = fault.apply(cfg); trainer = fault.apply(Trainer(cfg)))",
@@ -252,7 +269,8 @@ class _Injector:
         # replays those steps without striking again, as it would after a real one-off mistake.
         self._request_live(trainer, step)
         fault, first = self.fault, self.fault.first_step
-        if fault.action is not None and step > first and (fault.repeat or self._ramping(step)):
+        if fault.action is not None and step > first and (fault.repeat or self._ramping(step)) \
+                and fault.acts_on(trainer):
             fault.action(trainer, self._progress(step))
         if step == first and not self.announced:
             self._announce(trainer, step)
@@ -297,7 +315,12 @@ class _Injector:
             payload["config"] = {CONFIG_KEYS[c.key]: c.describe() for c in fault.live}
         if fault.reward is not None:
             payload["reward"] = {"kind": fault.reward.kind, **dict(fault.reward.params)}
-        if fault.action is not None:
+        if fault.rank is not None:
+            payload["rank"] = fault.rank
+        if fault.action is not None and fault.acts_on(trainer):
+            if fault.distributed:  # rank 0 records the event; this rank acts (a freeze never returns)
+                fault.action(trainer, self._progress(step))
+                return
             payload["action"] = dict(fault.action(trainer, self._progress(step)))
         trainer.telemetry.event(step, "fault", payload)
 

@@ -2,8 +2,10 @@
 
 Each comes ``strong`` (the values below: the failure shows on the tiny world within about 10-20
 steps of the onset) and, where ``mild`` is given, with a milder magnitude; most also as a slow
-``ramp`` (``Fault.with_variant``). docs/detection.md shows the measured effect of each. The last
-four change no logged hyper-parameter: only the reward or the reference model is wrong.
+``ramp`` (``Fault.with_variant``). docs/detection.md shows the measured effect of each. Four
+change no logged hyper-parameter: only the reward or the reference model is wrong. The last three
+break one rank of a data-parallel run (``rlcockpit faults run NAME --nproc 2``, docs/distributed.md)
+and are not in the single-process detection benchmark.
 """
 
 from __future__ import annotations
@@ -42,6 +44,28 @@ def _perturb(sigma: float) -> Any:
 
         return perturb_reference(sigma)(trainer, frac)
     return action
+
+
+def _slow(delay_s: float) -> Any:
+    def action(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
+        from rlcockpit.faults.ranks import slow_actor
+
+        return slow_actor(delay_s)(trainer, frac)
+    return action
+
+
+def _nudge(delta: float) -> Any:
+    def action(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
+        from rlcockpit.faults.ranks import nudge_actor
+
+        return nudge_actor(delta)(trainer, frac)
+    return action
+
+
+def _freeze(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
+    from rlcockpit.faults.ranks import freeze_rank
+
+    return freeze_rank(trainer, frac)
 
 
 def _template(prefix: str) -> Any:
@@ -157,6 +181,24 @@ FAULTS: tuple[Fault, ...] = (
           mild={"action": _template(SHORT_PREFIX),
                 "how": f"step hook at the onset: the reference wrapped to see {SHORT_PREFIX!r} before the prompt"},
           drives="kl/mean"),
+    # ---- data-parallel faults: they act on rank 1 of a run of 2+ ranks (`faults run NAME --nproc 2`)
+    Fault("rank_straggler", "one data-parallel rank slow: every forward call of rank 1's actor sleeps "
+          "20 ms (a throttled GPU, a noisy neighbour; 000 §3.3), the others wait for it at each collective",
+          expected=("straggler",), how="step hook at the onset, rank 1: a forward pre-hook on the actor "
+          "sleeping 20 ms a call", action=_slow(0.02), rank=1, onset=3,
+          mild={"action": _slow(0.008), "how": "step hook at the onset, rank 1: the actor's forward pre-hook "
+                "sleeps 8 ms a call"}, drives="dist/time/rollout_s/rank/1"),
+    Fault("rank_params_diverged", "the replicas diverge: one weight of rank 1's actor moved by 1e-3 (an update "
+          "applied differently on one rank: a non-deterministic kernel, a corrupted all-reduce)",
+          expected=("rank_divergence",), how="step hook at the onset, rank 1: the actor's first parameter "
+          "element += 1e-3 (seen at the next parameter-hash check, distributed.hash_every)",
+          action=_nudge(1e-3), rank=1, onset=3, shapes=("step",), drives="dist/param_hash_mismatch"),
+    Fault("rank_frozen", "a rank lost: rank 1's process stops (SIGSTOP: a hung or vanished node as the other "
+          "ranks see it); no more heartbeats, the group blocks at its next collective",
+          expected=("rank_heartbeat",), how="step hook at the onset, rank 1: the process sends itself "
+          "SIGSTOP; the run fails after distributed.timeout_s (90 s here) and the launcher kills the frozen rank",
+          action=_freeze, rank=1, onset=3, shapes=("step",), drives="dist/heartbeat_age_s/rank/1",
+          overrides={"distributed.timeout_s": 90.0}),
 )
 
 KL_KEYS = ("kl/token_mean", "kl/mean")
@@ -179,6 +221,7 @@ BASELINE_KEYS: dict[str, tuple[str, ...]] = {
     "hedge_reward": ("reward/mean",),
     "ref_perturbed": KL_KEYS,
     "ref_prompt_template": KL_KEYS,
+    "rank_straggler": (), "rank_params_diverged": (), "rank_frozen": (),
 }
 FAULTS = tuple(replace(f, baseline_keys=BASELINE_KEYS[f.name]) for f in FAULTS)
 

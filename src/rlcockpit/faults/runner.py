@@ -14,6 +14,7 @@ is exact, so the resumed run's steps equal the twin's until the fault strikes.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from rlcockpit.config import apply_overrides, from_dict, read_yaml
 from rlcockpit.faults.base import Fault
 from rlcockpit.trainer.config import TrainConfig
 
+log = logging.getLogger("rlcockpit.faults")
 DEFAULT_AFTER = 20  # steps trained after the onset: the faults show within ~10-20 steps
 ALERT_ONLY = {"yellow": ["alert"], "orange": ["alert"], "red": ["alert"], "black": ["alert"]}
 
@@ -50,23 +52,33 @@ def fault_config(*, seed: int, store: str, steps: int, name: str = "", config: s
 
 
 def run_fault(fault: Fault | None, cfg: TrainConfig, *, resume_from: str | Path | None = None,
-              checkpoint_at: Iterable[int] = ()) -> FaultRunResult:
+              checkpoint_at: Iterable[int] = (), group: Any = None) -> FaultRunResult:
     """Train ``cfg`` with ``fault`` injected (None = a healthy run); returns where it was recorded.
 
     ``checkpoint_at``: steps at whose end a checkpoint is written (under ``cfg.checkpoint.dir``).
     ``resume_from``: a checkpoint (e.g. a twin's) to continue from; the run is recorded in
     ``cfg.telemetry.store`` under the checkpoint's run id and ``cfg.name``, steps after the checkpoint only.
+    ``group``: this rank of a data-parallel run (``trainer.distributed.init_group``); None = one process.
     """
     from rlcockpit.trainer.trainer import Trainer
 
     if resume_from is not None:
         prepare_resume(cfg, Path(resume_from))
     kwargs: dict[str, Any] = {"resume_from": resume_from} if resume_from is not None else {}
+    if group is not None:
+        kwargs["group"] = group
     trainer = fault.trainer(cfg, **kwargs) if fault is not None else Trainer(cfg, **kwargs)
     steps = sorted({int(s) for s in checkpoint_at})
     if steps:
         trainer.add_step_hook(CheckpointAt(steps))
-    result = trainer.run()
+    try:
+        result = trainer.run()
+    except RuntimeError as exc:  # a collective timed out (a rank lost): the run is recorded as failed
+        if group is None or not getattr(group, "distributed", False):
+            raise
+        log.error("the data-parallel run failed: %s", exc)
+        return FaultRunResult(run_id=trainer.telemetry.run_id, status="failed", fault=fault.name if fault else "",
+                              onset=fault.onset if fault else None, steps=trainer.step, store=cfg.telemetry.store)
     return FaultRunResult(run_id=result.run_id, status=result.status, fault=fault.name if fault else "",
                           onset=fault.onset if fault else None, steps=result.step, store=cfg.telemetry.store)
 

@@ -91,6 +91,15 @@ class Diagnosis:
             self.notifier = Notifier(self.config.policy, run_id=telemetry.run_id)
         self._start_heartbeat(port)
 
+    def watch_ranks(self, ages: Any) -> None:
+        """Data parallel, rank 0: the detectors that judge the ranks' heartbeats between steps
+        (``rank_heartbeat``) read ``ages()`` -> {rank: seconds since its last heartbeat} on every
+        heartbeat tick, so a lost rank is named while the group waits for it."""
+        for det in self.engine.detectors if self.engine is not None else ():
+            attach = getattr(det, "attach_monitor", None)
+            if attach is not None:
+                attach(ages)
+
     def _start_heartbeat(self, trainer: TrainerPort, period_s: float | None = None) -> None:
         """A daemon thread calls ``engine.tick`` so a hung phase is reported (stall detector's
         heartbeat) even though no DIAGNOSE comes; a paused run counts as alive."""

@@ -11,7 +11,9 @@ NCCL on GPUs). This module is the only place that talks to ``torch.distributed``
 - reductions over the global batch: sums and maxima of a few floats, masked moments for whitening
   (:meth:`Group.masked_moments`), and the gradient mean (:meth:`Group.mean_grads`);
 - objects: broadcast from rank 0, gather to rank 0 (the step's states and per-rank timings);
-- the TCPStore of the group: heartbeats (:meth:`Group.heartbeat`, :meth:`Group.heartbeat_ages`) and
+- the TCPStore of the group: heartbeats (:meth:`Group.heartbeat`, :meth:`Group.heartbeat_ages`;
+  every rank beats from a daemon thread, :meth:`Group.start_heartbeat`, so a rank that waits in a
+  collective or runs a long phase stays alive and only a dead or frozen process goes silent) and
   the step-boundary record rank 0 publishes and the other ranks wait for (:meth:`Group.publish`,
   :meth:`Group.receive`) — waiting there never times out, so a paused run keeps its group.
 
@@ -33,6 +35,7 @@ import logging
 import math
 import os
 import pickle
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -63,6 +66,9 @@ class Group:
         self.device = device or torch.device("cpu")
         self.store = store
         self._boundary = 0
+        self._store_lock = threading.Lock()  # the heartbeat thread shares the store client with the trainer
+        self._stop_beat = threading.Event()
+        self._beat: threading.Thread | None = None
 
     @classmethod
     def single(cls) -> Group:
@@ -190,16 +196,36 @@ class Group:
     def heartbeat(self) -> None:
         """This rank is alive now (rank 0 reads the time, ``dist/heartbeat_age_s/rank/<r>``)."""
         if self.store is not None:
-            self.store.set(f"{KEY}heartbeat/{self.rank}", repr(time.time()))
+            with self._store_lock:
+                self.store.set(f"{KEY}heartbeat/{self.rank}", repr(time.time()))
+
+    def start_heartbeat(self, period_s: float = WAIT_POLL_S) -> None:
+        """Beat every ``period_s`` from a daemon thread until :meth:`close` (a process that is killed
+        or stopped goes silent; one that waits or computes does not)."""
+        if self.store is None or self._beat is not None:
+            return
+
+        def beat() -> None:
+            while not self._stop_beat.wait(period_s):
+                try:
+                    self.heartbeat()
+                except Exception as exc:  # the store went away (the group is closing): stop beating
+                    log.debug("heartbeat thread stops: %s", exc)
+                    return
+
+        self.heartbeat()
+        self._beat = threading.Thread(target=beat, name=f"rlcockpit-rank{self.rank}-heartbeat", daemon=True)
+        self._beat.start()
 
     def heartbeat_ages(self) -> dict[int, float]:
         """Seconds since each rank's last heartbeat, by rank 0's clock (NaN: none yet)."""
         if self.store is None:
             return {}
         now, out = time.time(), {}
-        for r in range(self.world_size):
-            key = f"{KEY}heartbeat/{r}"
-            out[r] = now - float(self.store.get(key).decode()) if self.store.check([key]) else math.nan
+        with self._store_lock:
+            for r in range(self.world_size):
+                key = f"{KEY}heartbeat/{r}"
+                out[r] = now - float(self.store.get(key).decode()) if self.store.check([key]) else math.nan
         return out
 
     def publish(self, record: dict[str, Any]) -> None:
@@ -207,9 +233,10 @@ class Group:
         self._boundary += 1
         if self.store is None:
             return
-        self.store.set(f"{KEY}boundary/{self._boundary}", pickle.dumps(record))
-        if self._boundary > 2:  # every rank read it before it passed the last step's collectives
-            self.store.delete_key(f"{KEY}boundary/{self._boundary - 2}")
+        with self._store_lock:
+            self.store.set(f"{KEY}boundary/{self._boundary}", pickle.dumps(record))
+            if self._boundary > 2:  # every rank read it before it passed the last step's collectives
+                self.store.delete_key(f"{KEY}boundary/{self._boundary - 2}")
 
     def receive(self) -> dict[str, Any]:
         """The other ranks: wait (without a time limit, heartbeating) for rank 0's boundary record.
@@ -217,15 +244,24 @@ class Group:
         self._boundary += 1
         key = f"{KEY}boundary/{self._boundary}"
         delay, beat = 0.001, 0.0
-        while not self.store.check([key]):
-            if time.monotonic() - beat >= WAIT_POLL_S:
+        while not self._has(key):
+            if self._beat is None and time.monotonic() - beat >= WAIT_POLL_S:
                 self.heartbeat()
                 beat = time.monotonic()
             time.sleep(delay)
             delay = min(2 * delay, 0.5)
-        return pickle.loads(self.store.get(key))  # noqa: S301 - written by rank 0 of this run
+        with self._store_lock:
+            data = self.store.get(key)
+        return pickle.loads(data)  # noqa: S301 - written by rank 0 of this run
+
+    def _has(self, key: str) -> bool:
+        with self._store_lock:
+            return bool(self.store.check([key]))
 
     def close(self) -> None:
+        self._stop_beat.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5)
         if self.distributed:
             import torch.distributed as dist
 
@@ -255,7 +291,9 @@ def init_group(cfg: DistributedConfig, environ: dict[str, str] | None = None) ->
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=cfg.timeout_s))
     store = dist.distributed_c10d._get_default_store()  # the rendezvous' TCPStore: heartbeats, boundaries
-    return Group(rank, world, local_rank=local_rank, backend=backend, device=device, store=store)
+    group = Group(rank, world, local_rank=local_rank, backend=backend, device=device, store=store)
+    group.start_heartbeat()
+    return group
 
 
 def param_hash(*models: torch.nn.Module | None) -> str:

@@ -186,6 +186,8 @@ class Trainer:
             if g.distributed:
                 self.telemetry.log(self.step, {"dist/world_size": float(g.world_size)})
             self.diagnosis.attach(self, self.telemetry, to_dict(self.cfg), self.updater.gradstats)
+            if g.distributed:
+                self.diagnosis.watch_ranks(g.heartbeat_ages)
         else:  # rank 0 writes the run; the others know its id (their checkpoint files go under it)
             self.telemetry = FollowerRun(g.broadcast(None))
         if self.reward_fn.observer is not None:  # e.g. the fusion LSTM of the reward model
