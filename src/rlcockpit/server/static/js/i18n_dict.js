@@ -43,6 +43,9 @@ export const EN = {
   "chart.truncation": "Truncation / EOS rate", "chart.grad": "Gradient norms",
   "chart.reward_hist": "Reward distribution over time", "chart.length_hist": "Length distribution over time",
   "chart.category": "Reward by prompt category",
+  "chart.rank_step": "Step time per rank (s)", "chart.rank_rollout": "Rollout time per rank (s)",
+  "chart.rank_grad": "Gradient norm per rank (before all-reduce)", "chart.rank_memory": "Memory per rank (RSS, GB)",
+  "line.rank": "rank {r}",
 
   "line.raw": "raw", "line.ema": "EMA", "line.current": "current", "line.moving_avg": "moving avg ({n})",
   "line.p90": "P90 ({n})", "line.kl_target": "target", "line.kl_warning": "warning (1.5× target)",
@@ -175,6 +178,9 @@ export const ZH = {
   "chart.truncation": "截断率 / EOS 比率", "chart.grad": "梯度范数",
   "chart.reward_hist": "奖励分布随时间变化", "chart.length_hist": "长度分布随时间变化",
   "chart.category": "各提示类型的奖励",
+  "chart.rank_step": "各 rank 的单步耗时（秒）", "chart.rank_rollout": "各 rank 的 Rollout 耗时（秒）",
+  "chart.rank_grad": "各 rank 的梯度范数（all-reduce 之前）", "chart.rank_memory": "各 rank 的内存（RSS，GB）",
+  "line.rank": "第 {r} 号 rank",
 
   "line.raw": "原始值", "line.ema": "EMA 平滑", "line.current": "当前值", "line.moving_avg": "移动平均（{n}）",
   "line.p90": "P90（{n}）", "line.kl_target": "目标", "line.kl_warning": "预警线（1.5× 目标）",

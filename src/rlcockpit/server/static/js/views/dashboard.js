@@ -5,7 +5,7 @@ import { chartTools, downloadTools, GROUP, HistogramHeatmap, StepChart } from ".
 import { label, t } from "../i18n.js";
 import { registerView, runHref } from "../router.js";
 import { clear, fmt, h } from "../ui.js";
-import { CHARTS, HEATMAPS, seriesNames } from "./dashboard_specs.js";
+import { HEATMAPS, chartSpecs, isDistributed, seriesNames } from "./dashboard_specs.js";
 import { MetricExplorer } from "./metric_panels.js";
 
 const PREFS_KEY = "rlcockpit.dashboard";
@@ -79,7 +79,7 @@ class Dashboard {
 
   chartOpts(id) {
     const own = this.prefs.chart[id] || {};
-    const spec = CHARTS.find((c) => c.id === id);
+    const spec = chartSpecs(true).find((c) => c.id === id);
     const fallback = spec && spec.defaultSmoothing !== undefined ? spec.defaultSmoothing : this.prefs.smoothing;
     return { smoothing: own.smoothing ?? fallback, log: !!own.log, klWindow: this.prefs.klWindow };
   }
@@ -94,9 +94,12 @@ class Dashboard {
     this.openStep = openStep;
     const units = (this.ctx.summary && this.ctx.summary.metric_units) || {};
     this.root.append(this.toolbar());
-    const rows = [1, 2, 3].map((n) => h("div", { class: `dash-row row-${n}`, dataset: { row: String(n) } }));
+    // a data-parallel run gets a fourth row: step time, rollout time, gradient norm and memory per rank
+    this.distributed = isDistributed(this.ctx.summary && this.ctx.summary.metric_names);
+    const rows = [1, 2, 3, ...(this.distributed ? [4] : [])]
+      .map((n) => h("div", { class: `dash-row row-${n}`, dataset: { row: String(n) } }));
     this.root.append(...rows);
-    for (const spec of CHARTS) {
+    for (const spec of chartSpecs(this.distributed)) {
       const { box, plot } = this.chartBox(spec.id);
       rows[spec.row - 1].append(box);
       const chart = new StepChart(plot, { ...spec, title: t(spec.titleKey), lines: (d, o) => spec.lines(d, o, t), hlines: spec.hlines && ((d, o) => spec.hlines(d, o, t)) },
@@ -232,7 +235,7 @@ class Dashboard {
   async load() {
     const runId = this.ctx.runId;
     try {
-      const res = await api.series(runId, seriesNames());
+      const res = await api.series(runId, seriesNames(this.distributed));
       if (this.disposed) return;
       Object.values(this.charts).forEach((c) => c.setSeries(res.series));
       this.updateOverlays();

@@ -81,11 +81,43 @@ export const CHARTS = [
   { id: "category", row: 3, titleKey: "chart.category", names: ["reward/category/*"], primary: null, lines: categoryLines },
 ];
 
+// Data-parallel runs (docs/distributed.md): one line per rank of a dist/<metric>/rank/<r> family.
+function rankLines(prefix) {
+  return (data, opts, t) => {
+    const out = [];
+    for (const [name, d] of data.entries()) {
+      if (!name.startsWith(prefix) || !d.steps.length) continue;
+      const r = name.slice(prefix.length);
+      if (!/^\d+$/.test(r)) continue;
+      out.push({ name, label: t("line.rank", { r }), steps: d.steps, values: d.values, walls: d.walls, rank: Number(r) });
+    }
+    return out.sort((a, b) => a.rank - b.rank);
+  };
+}
+
+const rankChart = (id, titleKey, prefix) => ({ id, row: 4, titleKey, names: [`${prefix}*`], primary: null, lines: rankLines(prefix) });
+
+// The fourth row, shown only for a run that logged dist/ metrics (more than one rank).
+export const RANK_CHARTS = [
+  rankChart("rank-step", "chart.rank_step", "dist/step_s/rank/"),
+  rankChart("rank-rollout", "chart.rank_rollout", "dist/time/rollout_s/rank/"),
+  rankChart("rank-grad", "chart.rank_grad", "dist/grad_norm/rank/"),
+  rankChart("rank-memory", "chart.rank_memory", "dist/rss_gb/rank/"),
+];
+
+export function isDistributed(metricNames) {
+  return (metricNames || []).some((n) => n.startsWith("dist/"));
+}
+
 export const HEATMAPS = [
   { id: "reward-hist", titleKey: "chart.reward_hist", name: "reward/hist" },
   { id: "length-hist", titleKey: "chart.length_hist", name: "response/length/hist" },
 ];
 
-export function seriesNames() {
-  return [...new Set(CHARTS.flatMap((c) => c.names))];
+export function chartSpecs(distributed) {
+  return distributed ? [...CHARTS, ...RANK_CHARTS] : CHARTS;
+}
+
+export function seriesNames(distributed = false) {
+  return [...new Set(chartSpecs(distributed).flatMap((c) => c.names))];
 }
