@@ -26,7 +26,7 @@ LIVE_FAULTS = ("lr_spike", "critic_lr_spike", "entropy_collapse", "too_many_ppo_
 NAMES = ("lr_spike", "kl_coef_zero_with_hackable_reward", "reward_scale_spike", "ref_synced_to_actor",
          "length_reward", "entropy_collapse", "critic_lr_spike", "rm_component_bias", "too_many_ppo_epochs",
          "kl_coef_huge", "nan_reward", "category_reward_drop", "rm_bias_drift", "hedge_reward", "ref_perturbed",
-         "ref_prompt_template", "rank_straggler", "rank_params_diverged", "rank_frozen")
+         "ref_prompt_template", "rank_straggler", "rank_params_diverged", "rank_grad_outlier", "rank_frozen")
 MACHINE = ("time/", "perf/", "sys/")
 
 
@@ -73,7 +73,7 @@ def test_catalog_has_every_public_fault_with_its_expected_detectors():
 
 
 def test_rank_faults_need_a_data_parallel_run_and_stay_out_of_the_single_process_benchmark():
-    """The three data-parallel faults act on rank 1: a one-process run refuses them with the command
+    """The four data-parallel faults act on rank 1: a one-process run refuses them with the command
     that works; the detection grid (one process) draws its 16 faults as before."""
     import sys
     from pathlib import Path
@@ -82,7 +82,7 @@ def test_rank_faults_need_a_data_parallel_run_and_stay_out_of_the_single_process
     from rlcockpit.trainer.trainer import Trainer
 
     ranked = [f.name for f in faults.available().values() if f.distributed]
-    assert ranked == ["rank_straggler", "rank_params_diverged", "rank_frozen"]
+    assert ranked == ["rank_straggler", "rank_params_diverged", "rank_grad_outlier", "rank_frozen"]
     with pytest.raises(ConfigError, match="--nproc 2"):
         faults.get("rank_straggler").install(Trainer(TrainConfig()))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

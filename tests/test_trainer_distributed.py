@@ -341,6 +341,7 @@ RANK_FAULTS = [
     # fault, steps, extra overrides, (detector, severity, key), exit code, run status
     ("rank_params_diverged", 5, ["distributed.hash_every=1"], ("rank_divergence", "red", None), 0, "finished"),
     ("rank_straggler", 11, [], ("straggler", "orange", "rank/1"), 0, "finished"),
+    ("rank_grad_outlier", 8, [], ("rank_grad_outlier", "orange", "rank/1"), 0, "finished"),
     ("rank_frozen", 8, ["distributed.timeout_s=40", "diagnostics.detectors.rank_heartbeat.floor_s=10"],
      ("rank_heartbeat", "red", "rank/1"), 1, "failed"),
 ]

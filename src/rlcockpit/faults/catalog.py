@@ -3,7 +3,7 @@
 Each comes ``strong`` (the values below: the failure shows on the tiny world within about 10-20
 steps of the onset) and, where ``mild`` is given, with a milder magnitude; most also as a slow
 ``ramp`` (``Fault.with_variant``). docs/detection.md shows the measured effect of each. Four
-change no logged hyper-parameter: only the reward or the reference model is wrong. The last three
+change no logged hyper-parameter: only the reward or the reference model is wrong. The last four
 break one rank of a data-parallel run (``rlcockpit faults run NAME --nproc 2``, docs/distributed.md)
 and are not in the single-process detection benchmark.
 """
@@ -59,6 +59,14 @@ def _nudge(delta: float) -> Any:
         from rlcockpit.faults.ranks import nudge_actor
 
         return nudge_actor(delta)(trainer, frac)
+    return action
+
+
+def _scale_grads(factor: float) -> Any:
+    def action(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
+        from rlcockpit.faults.ranks import scale_gradients
+
+        return scale_gradients(factor)(trainer, frac)
     return action
 
 
@@ -193,6 +201,13 @@ FAULTS: tuple[Fault, ...] = (
           expected=("rank_divergence",), how="step hook at the onset, rank 1: the actor's first parameter "
           "element += 1e-3 (seen at the next parameter-hash check, distributed.hash_every)",
           action=_nudge(1e-3), rank=1, onset=3, shapes=("step",), drives="dist/param_hash_mismatch"),
+    Fault("rank_grad_outlier", "one rank's gradients far from the others': rank 1's actor gradients x 30 "
+          "before the all-reduce (a bad data shard or faulty hardware on one rank; 001 Q14)",
+          expected=("rank_grad_outlier",), how="step hook at the onset, rank 1: a gradient hook on every actor "
+          "parameter multiplying it by 30 (the averaged update keeps the replicas equal)",
+          action=_scale_grads(30.0), rank=1, onset=3,
+          mild={"action": _scale_grads(8.0), "how": "step hook at the onset, rank 1: actor gradients x 8"},
+          drives="dist/grad_norm/rank/1"),
     Fault("rank_frozen", "a rank lost: rank 1's process stops (SIGSTOP: a hung or vanished node as the other "
           "ranks see it); no more heartbeats, the group blocks at its next collective",
           expected=("rank_heartbeat",), how="step hook at the onset, rank 1: the process sends itself "
@@ -221,7 +236,7 @@ BASELINE_KEYS: dict[str, tuple[str, ...]] = {
     "hedge_reward": ("reward/mean",),
     "ref_perturbed": KL_KEYS,
     "ref_prompt_template": KL_KEYS,
-    "rank_straggler": (), "rank_params_diverged": (), "rank_frozen": (),
+    "rank_straggler": (), "rank_params_diverged": (), "rank_grad_outlier": (), "rank_frozen": (),
 }
 FAULTS = tuple(replace(f, baseline_keys=BASELINE_KEYS[f.name]) for f in FAULTS)
 

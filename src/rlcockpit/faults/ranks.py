@@ -1,4 +1,5 @@
-"""Faults of data-parallel runs: one rank made slow, its parameters nudged, or its process frozen.
+"""Faults of data-parallel runs: one rank made slow, its parameters nudged, its gradients scaled, or
+its process frozen.
 
 They act on one rank (``Fault.rank``, rank 1 by default) of a run of at least two ranks
 (``rlcockpit faults run NAME --nproc 2``); the other ranks run healthy, rank 0 records the ``fault``
@@ -10,6 +11,10 @@ event. torch is imported only when one runs.
 - :func:`nudge_actor`: one weight of that rank's actor moved by ``delta`` -- a rank whose update
   was applied differently (a non-deterministic kernel, a corrupted all-reduce): the replicas differ
   from then on (``rank_divergence``, at the next parameter-hash check, ``distributed.hash_every``).
+- :func:`scale_gradients`: every gradient of that rank's actor multiplied by ``factor`` in the
+  backward pass, before the all-reduce -- a bad data shard or faulty hardware on one rank: its
+  local gradient norm stands out (``rank_grad_outlier``) while the averaged update keeps the
+  replicas equal.
 - :func:`freeze_rank`: the rank's process stops itself (SIGSTOP) -- a hung or lost node as the
   others see it: no heartbeat, the group blocks at its next collective (``rank_heartbeat``) until
   ``distributed.timeout_s``; the frozen process is left for the launcher (torchrun) to kill.
@@ -24,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 HOOK_ATTR = "_rlcockpit_fault_slow"
+GRAD_ATTR = "_rlcockpit_fault_grad"
 
 
 def slow_actor(delay_s: float) -> Any:
@@ -57,6 +63,24 @@ def nudge_actor(delta: float) -> Any:
         with torch.no_grad():
             param.view(-1)[0] += delta * frac
         return {"rank": trainer.group.rank, "parameter": name, "delta": delta * frac}
+
+    return action
+
+
+def scale_gradients(factor: float) -> Any:
+    """An action: this rank's actor gradients × ``factor`` (× the ramp's progress) as they are computed."""
+
+    def action(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
+        actor = trainer.models.actor
+        state = getattr(actor, GRAD_ATTR, None)
+        if state is None:
+            state = {"factor": 1.0}
+            for p in actor.parameters():
+                if p.requires_grad:
+                    p.register_hook(lambda g: g * state["factor"])
+            setattr(actor, GRAD_ATTR, state)
+        state["factor"] = 1.0 + (factor - 1.0) * frac
+        return {"rank": trainer.group.rank, "gradient_factor": state["factor"]}
 
     return action
 
