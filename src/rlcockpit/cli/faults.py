@@ -17,8 +17,6 @@ import argparse
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,13 +153,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace, cfg: Any) -> int:
-    """``--nproc N``: this command under torchrun (a free rendezvous port on this machine), N ranks."""
-    from rlcockpit.errors import ConfigError
+    """``--nproc N``: this command under torchrun, N ranks."""
+    from rlcockpit.cli.train import under_torchrun
 
-    if cfg.rollout.batch_size % args.nproc or cfg.ppo.minibatch_size % args.nproc:
-        raise ConfigError(f"--nproc {args.nproc}: rollout.batch_size={cfg.rollout.batch_size} and "
-                          f"ppo.minibatch_size={cfg.ppo.minibatch_size} must be multiples of {args.nproc}",
-                          details={"key": "nproc", "value": args.nproc})
     argv = ["faults", "run", args.name, *args.overrides, "--seed", str(args.seed), "--store", args.store]
     for flag, value in (("--onset", args.onset), ("--magnitude", args.magnitude), ("--shape", args.shape),
                         ("--ramp", args.ramp), ("--steps", args.steps), ("--config", args.config)):
@@ -169,9 +163,7 @@ def _launch(args: argparse.Namespace, cfg: Any) -> int:
             argv += [flag, str(value)]
     if args.json:
         argv.append("--json")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
-           "-m", "rlcockpit", *argv]
-    return subprocess.call(cmd)
+    return under_torchrun(args.nproc, cfg, argv)
 
 
 def _findings(result: Any) -> list[dict[str, Any]]:

@@ -143,15 +143,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def launch(args: argparse.Namespace, cfg: TrainConfig) -> int:
-    """``--nproc N``: this same command under torchrun (``--standalone``: a free rendezvous port on
-    this machine), N ranks; returns torchrun's exit code."""
-    from rlcockpit.errors import ConfigError
-
-    if cfg.rollout.batch_size % args.nproc or cfg.ppo.minibatch_size % args.nproc:
-        raise ConfigError(f"--nproc {args.nproc}: rollout.batch_size={cfg.rollout.batch_size} and "
-                          f"ppo.minibatch_size={cfg.ppo.minibatch_size} must be multiples of {args.nproc} "
-                          "(each rank takes an equal share of the prompts and of every minibatch)",
-                          details={"key": "nproc", "value": args.nproc})
+    """``--nproc N``: this same command under torchrun, N ranks; returns torchrun's exit code."""
     argv = ["train", *args.overrides]
     for flag, value in (("--config", args.config), ("--store", args.store), ("--resume", args.resume),
                         ("--name", args.name), ("--log-format", getattr(args, "log_format", None))):
@@ -159,7 +151,20 @@ def launch(args: argparse.Namespace, cfg: TrainConfig) -> int:
             argv += [flag, str(value)]
     if args.quiet:
         argv.append("--quiet")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
+    return under_torchrun(args.nproc, cfg, argv)
+
+
+def under_torchrun(nproc: int, cfg: TrainConfig, argv: list[str]) -> int:
+    """``rlcockpit <argv>`` under torchrun (``--standalone``: a free rendezvous port on this machine)
+    on ``nproc`` ranks, after checking that the batch splits evenly; torchrun's exit code."""
+    from rlcockpit.errors import ConfigError
+
+    if cfg.rollout.batch_size % nproc or cfg.ppo.minibatch_size % nproc:
+        raise ConfigError(f"--nproc {nproc}: rollout.batch_size={cfg.rollout.batch_size} and "
+                          f"ppo.minibatch_size={cfg.ppo.minibatch_size} must be multiples of {nproc} "
+                          "(each rank takes an equal share of the prompts and of every minibatch)",
+                          details={"key": "nproc", "value": nproc})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "rlcockpit", *argv]
     return subprocess.call(cmd)
 

@@ -46,27 +46,12 @@ def _perturb(sigma: float) -> Any:
     return action
 
 
-def _slow(delay_s: float) -> Any:
+def _on_rank(factory: str, *args: Any) -> Any:
+    """A rank fault's action: ``faults.ranks.<factory>(*args)``, imported when it runs (torch)."""
     def action(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
-        from rlcockpit.faults.ranks import slow_actor
+        from rlcockpit.faults import ranks
 
-        return slow_actor(delay_s)(trainer, frac)
-    return action
-
-
-def _nudge(delta: float) -> Any:
-    def action(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
-        from rlcockpit.faults.ranks import nudge_actor
-
-        return nudge_actor(delta)(trainer, frac)
-    return action
-
-
-def _scale_grads(factor: float) -> Any:
-    def action(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
-        from rlcockpit.faults.ranks import scale_gradients
-
-        return scale_gradients(factor)(trainer, frac)
+        return getattr(ranks, factory)(*args)(trainer, frac)
     return action
 
 
@@ -193,20 +178,20 @@ FAULTS: tuple[Fault, ...] = (
     Fault("rank_straggler", "one data-parallel rank slow: every forward call of rank 1's actor sleeps "
           "20 ms (a throttled GPU, a noisy neighbour; 000 §3.3), the others wait for it at each collective",
           expected=("straggler",), how="step hook at the onset, rank 1: a forward pre-hook on the actor "
-          "sleeping 20 ms a call", action=_slow(0.02), rank=1, onset=3,
-          mild={"action": _slow(0.008), "how": "step hook at the onset, rank 1: the actor's forward pre-hook "
+          "sleeping 20 ms a call", action=_on_rank("slow_actor", 0.02), rank=1, onset=3,
+          mild={"action": _on_rank("slow_actor", 0.008), "how": "step hook at the onset, rank 1: the actor's forward pre-hook "
                 "sleeps 8 ms a call"}, drives="dist/time/rollout_s/rank/1"),
     Fault("rank_params_diverged", "the replicas diverge: one weight of rank 1's actor moved by 1e-3 (an update "
           "applied differently on one rank: a non-deterministic kernel, a corrupted all-reduce)",
           expected=("rank_divergence",), how="step hook at the onset, rank 1: the actor's first parameter "
           "element += 1e-3 (seen at the next parameter-hash check, distributed.hash_every)",
-          action=_nudge(1e-3), rank=1, onset=3, shapes=("step",), drives="dist/param_hash_mismatch"),
+          action=_on_rank("nudge_actor", 1e-3), rank=1, onset=3, shapes=("step",), drives="dist/param_hash_mismatch"),
     Fault("rank_grad_outlier", "one rank's gradients far from the others': rank 1's actor gradients x 30 "
           "before the all-reduce (a bad data shard or faulty hardware on one rank; 001 Q14)",
           expected=("rank_grad_outlier",), how="step hook at the onset, rank 1: a gradient hook on every actor "
           "parameter multiplying it by 30 (the averaged update keeps the replicas equal)",
-          action=_scale_grads(30.0), rank=1, onset=3,
-          mild={"action": _scale_grads(8.0), "how": "step hook at the onset, rank 1: actor gradients x 8"},
+          action=_on_rank("scale_gradients", 30.0), rank=1, onset=3,
+          mild={"action": _on_rank("scale_gradients", 8.0), "how": "step hook at the onset, rank 1: actor gradients x 8"},
           drives="dist/grad_norm/rank/1"),
     Fault("rank_frozen", "a rank lost: rank 1's process stops (SIGSTOP: a hung or vanished node as the other "
           "ranks see it); no more heartbeats, the group blocks at its next collective",
