@@ -130,6 +130,21 @@ class DemoServer:
         self._thread = threading.Thread(target=self._server.run, name="rlcockpit-demo-server",
                                         daemon=True)
         self._thread.start()
+        self._wait_started()
+
+    def _wait_started(self, timeout_s: float = 30.0) -> None:
+        """Return once uvicorn listens: the links printed next must answer at once (a loaded
+        machine can take seconds to bind)."""
+        import time
+
+        from rlcockpit.errors import ConfigError
+
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ConfigError(f"the cockpit server did not start on {self.url} within {timeout_s:.0f} s; "
+                                  "pass --port N or --no-server", details={"key": "port", "value": self.settings.port})
+            time.sleep(0.05)
 
     def wait(self) -> None:
         """Block until Ctrl-C (KeyboardInterrupt reaches the main thread)."""
