@@ -125,12 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = fault_config(seed=args.seed, store=args.store, steps=steps, name=f"fault-{fault.name}-s{args.seed}",
                        config=args.config, overrides=args.overrides)
     under_torchrun = "WORLD_SIZE" in os.environ
-    world = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.nproc
-    if fault.rank is not None and world <= fault.rank:
-        from rlcockpit.errors import ConfigError
-
-        raise ConfigError(f"fault {fault.name} acts on rank {fault.rank} of a data-parallel run: add --nproc "
-                          f"{fault.rank + 1} (or more)", details={"fault": fault.name, "nproc": world})
+    fault.check_world(int(os.environ["WORLD_SIZE"]) if under_torchrun else args.nproc)  # before torchrun starts
     if args.nproc > 1 and not under_torchrun:
         return _launch(args, cfg)
     from rlcockpit.trainer.distributed import init_group

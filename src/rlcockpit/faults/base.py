@@ -151,6 +151,13 @@ class Fault:
         """A fault of data-parallel runs (it acts on one rank of several)."""
         return self.rank is not None
 
+    def check_world(self, world_size: int) -> None:
+        """A rank fault needs a run with that rank: ConfigError with the command that works."""
+        if self.rank is not None and world_size <= self.rank:
+            raise ConfigError(f"fault {self.name} acts on rank {self.rank} of a data-parallel run; this run has "
+                              f"{world_size} rank(s): rlcockpit faults run {self.name} --nproc {self.rank + 1}",
+                              details={"fault": self.name, "rank": self.rank, "world_size": world_size})
+
     def acts_on(self, trainer: Any) -> bool:
         """Whether this process is where the fault's action runs."""
         return self.rank is None or getattr(getattr(trainer, "group", None), "rank", 0) == self.rank
@@ -219,11 +226,7 @@ class Fault:
 
     def install(self, trainer: Trainer) -> Trainer:
         """Add the step hook that injects the live change / action and records the ``fault`` event."""
-        world = getattr(getattr(trainer, "group", None), "world_size", 1)
-        if self.rank is not None and world <= self.rank:
-            raise ConfigError(f"fault {self.name} acts on rank {self.rank} of a data-parallel run; this run has "
-                              f"{world} rank(s): rlcockpit faults run {self.name} --nproc {self.rank + 1}",
-                              details={"fault": self.name, "rank": self.rank, "world_size": world})
+        self.check_world(getattr(getattr(trainer, "group", None), "world_size", 1))
         if self.reward is not None and trainer.cfg.reward.fn != fault_rewards.SPEC:
             raise ConfigError(f"fault {self.name} corrupts the reward: apply it to the config before building "
                               "the Trainer (cfg = fault.apply(cfg); trainer = fault.apply(Trainer(cfg)))",

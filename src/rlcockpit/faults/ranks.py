@@ -32,23 +32,29 @@ HOOK_ATTR = "_rlcockpit_fault_slow"
 GRAD_ATTR = "_rlcockpit_fault_grad"
 
 
+def _hooked(module: Any, attr: str, install: Any) -> dict[str, float]:
+    """The mutable setting of a hook installed once on ``module`` (a ramp only changes ``value``):
+    ``install(state)`` registers hooks that read ``state["value"]``."""
+    state = getattr(module, attr, None)
+    if state is None:
+        state = {"value": 0.0}
+        install(state)
+        setattr(module, attr, state)
+    return state
+
+
 def slow_actor(delay_s: float) -> Any:
     """An action: every forward call of this rank's actor sleeps ``delay_s`` × the ramp's progress."""
 
     def action(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
         actor = trainer.models.actor
-        state = getattr(actor, HOOK_ATTR, None)
-        if state is None:
-            state = {"delay": 0.0}
 
-            def pre_hook(module: Any, args: Any) -> None:
-                if state["delay"] > 0:
-                    time.sleep(state["delay"])
+        def install(state: dict[str, float]) -> None:
+            actor.register_forward_pre_hook(lambda module, args: time.sleep(state["value"]))
 
-            state["handle"] = actor.register_forward_pre_hook(pre_hook)
-            setattr(actor, HOOK_ATTR, state)
-        state["delay"] = delay_s * frac
-        return {"rank": trainer.group.rank, "actor_forward_delay_s": state["delay"]}
+        state = _hooked(actor, HOOK_ATTR, install)
+        state["value"] = delay_s * frac
+        return {"rank": trainer.group.rank, "actor_forward_delay_s": state["value"]}
 
     return action
 
@@ -72,15 +78,15 @@ def scale_gradients(factor: float) -> Any:
 
     def action(trainer: Any, frac: float = 1.0) -> Mapping[str, Any]:
         actor = trainer.models.actor
-        state = getattr(actor, GRAD_ATTR, None)
-        if state is None:
-            state = {"factor": 1.0}
+
+        def install(state: dict[str, float]) -> None:
             for p in actor.parameters():
                 if p.requires_grad:
-                    p.register_hook(lambda g: g * state["factor"])
-            setattr(actor, GRAD_ATTR, state)
-        state["factor"] = 1.0 + (factor - 1.0) * frac
-        return {"rank": trainer.group.rank, "gradient_factor": state["factor"]}
+                    p.register_hook(lambda g: g * state["value"])
+
+        state = _hooked(actor, GRAD_ATTR, install)
+        state["value"] = 1.0 + (factor - 1.0) * frac
+        return {"rank": trainer.group.rank, "gradient_factor": state["value"]}
 
     return action
 

@@ -72,15 +72,14 @@ def run_fault(fault: Fault | None, cfg: TrainConfig, *, resume_from: str | Path 
     if steps:
         trainer.add_step_hook(CheckpointAt(steps))
     try:
-        result = trainer.run()
+        status = trainer.run().status
     except RuntimeError as exc:  # a collective timed out (a rank lost): the run is recorded as failed
         if group is None or not getattr(group, "distributed", False):
             raise
         log.error("the data-parallel run failed: %s", exc)
-        return FaultRunResult(run_id=trainer.telemetry.run_id, status="failed", fault=fault.name if fault else "",
-                              onset=fault.onset if fault else None, steps=trainer.step, store=cfg.telemetry.store)
-    return FaultRunResult(run_id=result.run_id, status=result.status, fault=fault.name if fault else "",
-                          onset=fault.onset if fault else None, steps=result.step, store=cfg.telemetry.store)
+        status = "failed"
+    return FaultRunResult(run_id=trainer.telemetry.run_id, status=status, fault=fault.name if fault else "",
+                          onset=fault.onset if fault else None, steps=trainer.step, store=cfg.telemetry.store)
 
 
 class CheckpointAt:
