@@ -180,3 +180,57 @@ def test_median_equals_numpy_on_random_series_with_nan_inf_and_long_inputs():
             want = float(np.median(x)) if n else math.nan
             got = median(values)
             assert (math.isnan(want) and math.isnan(got)) or got == pytest.approx(want, rel=1e-6, abs=1e-6)
+
+
+def _same(got: float, want: float) -> bool:
+    return (math.isnan(want) and math.isnan(got)) or got == want
+
+
+def test_median_is_numpy_bit_for_bit_on_float64_and_discrete_rewards():
+    from rlcockpit.diagnostics.windows import SMALL, median
+
+    rng = np.random.default_rng(12)
+    for _ in range(2000):
+        n = int(rng.integers(1, 6 * SMALL))
+        x = rng.normal(0, 10, n) if rng.random() < 0.5 else rng.choice([1.0, 0.0, -0.5, -1.0, 0.3], n)
+        for values in (x, list(x), [int(v) for v in np.round(x)]):
+            assert _same(median(values), float(np.median(np.asarray(values, dtype=float))))
+
+
+def test_quantile_is_numpy_bit_for_bit():
+    from rlcockpit.diagnostics.windows import SMALL, quantile
+
+    rng = np.random.default_rng(13)
+    qs = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0, 95 / 100]
+    for _ in range(3000):
+        n = int(rng.integers(1, 6 * SMALL))
+        x = rng.normal(0, 10, n) * 10 ** rng.uniform(-6, 6)
+        if rng.random() < 0.3:
+            x = rng.choice([1.0, 0.0, -0.5, -1.0, 2.5], n)  # ties: a discrete reward
+        if rng.random() < 0.1:
+            x[rng.integers(0, n)] = rng.choice([np.nan, np.inf, -np.inf])
+        q = float(rng.choice(qs)) if rng.random() < 0.5 else float(rng.random())
+        for values in (x, list(x)):
+            assert _same(quantile(values, q), float(np.quantile(x, q))), (n, q)
+    # percentiles as numpy computes them: p / 100
+    x = rng.normal(size=37)
+    assert quantile(x, 95 / 100) == float(np.percentile(x, 95))
+    lo, hi = np.percentile(x, [10, 90])
+    assert (quantile(x, 0.1), quantile(x, 0.9)) == (float(lo), float(hi))
+    with pytest.raises(ValueError):
+        quantile(x, 1.5)  # numpy's own error
+
+
+def test_ranks_average_ties_like_a_naive_loop_bit_for_bit():
+    rng = np.random.default_rng(14)
+    for _ in range(500):
+        n = int(rng.integers(0, 60))
+        x = rng.integers(-3, 4, n).astype(float) if rng.random() < 0.6 else rng.normal(size=n)
+        if n and rng.random() < 0.1:
+            x[rng.integers(0, n)] = np.nan
+        got = W.ranks(x)
+        for i in range(n):  # the naive definition: 1 + below + (equal - 1) / 2
+            if math.isnan(x[i]):
+                continue
+            below, equal = int(np.sum(x < x[i])), int(np.sum(x == x[i]))
+            assert got[i] == 1 + below + (equal - 1) / 2

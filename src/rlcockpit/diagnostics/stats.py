@@ -164,26 +164,28 @@ def _centered(x: Sequence[float], min_n: int) -> tuple[np.ndarray, float] | None
     return (d, m2) if m2 > 0.0 else None
 
 
-def skewness(x: Sequence[float]) -> float:
-    """Adjusted Fisher–Pearson sample skewness G1; 0 for fewer than 3 values or no spread."""
-    centered = _centered(x, 3)
-    if centered is None:
-        return 0.0
-    d, m2 = centered
+def _skewness(d: np.ndarray, m2: float) -> float:
     n = d.size
     g1 = float(np.mean(d ** 3)) / m2 ** 1.5
     return g1 * math.sqrt(n * (n - 1)) / (n - 2)
 
 
-def excess_kurtosis(x: Sequence[float]) -> float:
-    """Adjusted sample excess kurtosis G2; 0 for fewer than 4 values or no spread."""
-    centered = _centered(x, 4)
-    if centered is None:
-        return 0.0
-    d, m2 = centered
+def _excess_kurtosis(d: np.ndarray, m2: float) -> float:
     n = d.size
     g2 = float(np.mean(d ** 4)) / m2 ** 2 - 3.0
     return ((n + 1) * g2 + 6.0) * (n - 1) / ((n - 2) * (n - 3))
+
+
+def skewness(x: Sequence[float]) -> float:
+    """Adjusted Fisher–Pearson sample skewness G1; 0 for fewer than 3 values or no spread."""
+    centered = _centered(x, 3)
+    return 0.0 if centered is None else _skewness(*centered)
+
+
+def excess_kurtosis(x: Sequence[float]) -> float:
+    """Adjusted sample excess kurtosis G2; 0 for fewer than 4 values or no spread."""
+    centered = _centered(x, 4)
+    return 0.0 if centered is None else _excess_kurtosis(*centered)
 
 
 def bimodality_coefficient(x: Sequence[float]) -> float:
@@ -196,20 +198,21 @@ def bimodality_coefficient(x: Sequence[float]) -> float:
     n = a.size
     if n < 4 or float(np.ptp(a)) == 0.0:
         return math.nan
-    g = skewness(a)
-    k = excess_kurtosis(a)
+    centered = _centered(a, 4)  # the deviations once, for both moments
+    g, k = (0.0, 0.0) if centered is None else (_skewness(*centered), _excess_kurtosis(*centered))
     return (g * g + 1.0) / (k + 3.0 * (n - 1) ** 2 / ((n - 2) * (n - 3)))
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman's rank correlation of two paired samples; 0 when undefined (constant input)."""
+def spearman(x: Sequence[float], y: Sequence[float], *, x_ranks: np.ndarray | None = None) -> float:
+    """Spearman's rank correlation of two paired samples; 0 when undefined (constant input).
+    ``x_ranks``: ``ranks(x)`` when the caller correlates one ``x`` with several series."""
     a = np.asarray(x, dtype=float)
     b = np.asarray(y, dtype=float)
     if a.size != b.size:
         raise ValueError(f"spearman needs paired samples, got {a.size} and {b.size} values")
     if a.size < 3:
         return 0.0
-    ra, rb = ranks(a), ranks(b)
+    ra, rb = ranks(a) if x_ranks is None else x_ranks, ranks(b)
     sa, sb = ra.std(), rb.std()
     if sa == 0 or sb == 0:
         return 0.0

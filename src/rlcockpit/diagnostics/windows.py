@@ -83,22 +83,56 @@ def rolling(values: Sequence[float], w: int) -> np.ndarray:
     return np.lib.stride_tricks.sliding_window_view(x, w)
 
 
-SMALL = 64  # below this many values a sort in Python is ~10x faster than np.median's machinery
+SMALL = 64  # up to this many values a sort in Python beats numpy's fixed costs
+
+
+def _sorted_finite(values: np.ndarray | list) -> list | np.ndarray | None:
+    """The values sorted ascending — a list for a short series (a Python sort: ~2 µs on 20 values
+    where np.median costs ~20 µs), an array above ``SMALL`` — or None when any is NaN or ±inf
+    (numpy's own median and quantile then decide)."""
+    if isinstance(values, np.ndarray) and values.size > SMALL or len(values) > SMALL:
+        s = np.sort(np.asarray(values, dtype=float).ravel())
+        return s if math.isfinite(s[0]) and math.isfinite(s[-1]) else None
+    x = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    if not math.isfinite(math.fsum(x)):
+        return None
+    x.sort()
+    return x
 
 
 def median(values: Iterable[float] | np.ndarray) -> float:
-    """``float(np.median(values))``, fast for the short windows detectors keep (the engine runs
-    every detector every step: np.median costs ~20 µs on 20 values, a Python sort ~2 µs).
-    NaN for an empty series or when any value is NaN, like np.median."""
-    x = values.tolist() if isinstance(values, np.ndarray) else list(values)
-    n = len(x)
+    """``float(np.median(values))`` bit for bit, fast for the short windows detectors keep (the
+    engine runs every detector every step). NaN for an empty series or when any value is NaN,
+    like np.median."""
+    x = values if isinstance(values, np.ndarray) else list(values)
+    n = len(x) if not isinstance(x, np.ndarray) else x.size
     if n == 0:
         return math.nan
-    if n > SMALL or not math.isfinite(math.fsum(x)):
+    s = _sorted_finite(x)
+    if s is None:
         return float(np.median(np.asarray(x, dtype=float)))
-    x.sort()
     mid = n // 2
-    return float(x[mid]) if n % 2 else (x[mid - 1] + x[mid]) / 2.0
+    return float(s[mid]) if n % 2 else (float(s[mid - 1]) + float(s[mid])) / 2.0
+
+
+def quantile(values: Iterable[float] | np.ndarray, q: float) -> float:
+    """``float(np.quantile(values, q))`` (numpy's default "linear" method) bit for bit, fast for
+    the short series detectors keep: the same index ``(n - 1) q`` and the same two-sided linear
+    interpolation as numpy's ``_lerp``. NaN when any value is NaN, like numpy; numpy itself for an
+    empty series, a non-finite value and ``q`` outside [0, 1] (its errors included)."""
+    x = values if isinstance(values, np.ndarray) else list(values)
+    n = len(x) if not isinstance(x, np.ndarray) else x.size
+    s = _sorted_finite(x) if n and 0.0 <= q <= 1.0 else None
+    if s is None:
+        return float(np.quantile(np.asarray(x, dtype=float), q))
+    index = (n - 1) * q
+    below = math.floor(index)
+    if below >= n - 1:
+        return float(s[-1])
+    a, b = float(s[below]), float(s[below + 1])
+    t = index - below
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
 
 
 def mad(values: Sequence[float]) -> float:
@@ -160,13 +194,22 @@ def mann_kendall(values: Sequence[float]) -> Trend:
 
 def ranks(x: np.ndarray) -> np.ndarray:
     """Average ranks (1-based), ties sharing the mean of their positions."""
+    x = np.asarray(x)
+    n = len(x)
     order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=float)
-    ranks[order] = np.arange(1, len(x) + 1, dtype=float)
-    uniq, inverse = np.unique(x, return_inverse=True)
-    sums = np.bincount(inverse, weights=ranks)
-    counts = np.bincount(inverse)
-    return (sums / counts)[inverse] if len(uniq) < len(x) else ranks
+    ordered = x[order]
+    ranks = np.empty(n, dtype=float)
+    if n and np.isnan(ordered[-1]):  # NaN (sorted last): np.unique's grouping of NaNs decides
+        ranks[order] = np.arange(1, n + 1, dtype=float)
+        uniq, inverse = np.unique(x, return_inverse=True)
+        sums = np.bincount(inverse, weights=ranks)
+        return (sums / np.bincount(inverse))[inverse] if len(uniq) < n else ranks
+    # runs of equal values in sorted order; a run over positions [start, end) shares the mean of
+    # the 1-based ranks start+1 … end, (start + 1 + end) / 2 — exact, as the sum / count was
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    ends = np.append(starts[1:], n)
+    ranks[order] = np.repeat((starts + 1 + ends) / 2.0, ends - starts)
+    return ranks
 
 
 def spearman_trend(values: Sequence[float]) -> float:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlcockpit.diagnostics.base import StepView
+from rlcockpit.diagnostics.windows import median
 
 COMFORT_STEPS = 20  # logged values whose median is the comfort level (no target)
 MIN_COMFORT = 5  # values needed (before the lag) to know the comfort level
@@ -117,8 +118,8 @@ class KLScale:
         before = np.asarray(list(self._recent)[:-self.lag] if self.lag else list(self._recent))
         if not len(before):
             return self.token_floor
-        level = float(np.median(before))
-        noise = 1.4826 * float(np.median(np.abs(before - level)))
+        level = median(before)
+        noise = 1.4826 * median(np.abs(before - level))
         return max(level, noise, self.token_floor)
 
     @staticmethod

@@ -28,7 +28,7 @@ import numpy as np
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, trailing_onset
+from rlcockpit.diagnostics.windows import Window, median, trailing_onset
 
 
 @dataclass(frozen=True)
@@ -76,21 +76,21 @@ class ClipBand(Detector):
         if not self._window.full:
             return None
         values = self._window.values
-        median = float(np.median(values))
-        if median > cfg.high:
-            return self._high(median, values)
+        med = median(values)
+        if med > cfg.high:
+            return self._high(med, values)
         low = self._low()
-        if median < low:
-            return Condition("yellow", f"clip fraction {median:.2%} (median of {cfg.window} "
+        if med < low:
+            return Condition("yellow", f"clip fraction {med:.2%} (median of {cfg.window} "
                              f"steps) below {low:.2%}: updates too timid to learn",
-                             self._evidence(median, low, values < low), key="low",
-                             message_zh=f"裁剪比例 {median:.2%} 低于 {low:.2%}：更新过于保守")
+                             self._evidence(med, low, values < low), key="low",
+                             message_zh=f"裁剪比例 {med:.2%} 低于 {low:.2%}：更新过于保守")
         return None
 
     def _low(self) -> float:
         """The low bound: the absolute ``low`` or ``low_ratio`` × the run's own level."""
         cfg = self.config
-        own = cfg.low_ratio * float(np.median(self._level)) \
+        own = cfg.low_ratio * median(self._level) \
             if len(self._level) >= cfg.level_steps else 0.0
         return max(cfg.low if self._seen > cfg.min_steps else 0.0, own)
 

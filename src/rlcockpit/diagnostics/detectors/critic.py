@@ -42,7 +42,7 @@ import numpy as np
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Streak, Window, robust_z
+from rlcockpit.diagnostics.windows import Streak, Window, median, robust_z
 
 
 @dataclass(frozen=True)
@@ -111,14 +111,14 @@ class Critic(Detector):
             return None
         ref = self._log_loss.values
         z = robust_z(math.log(loss), ref, floor=0.05)
-        median = math.exp(float(np.median(ref)))
-        if z <= cfg.spike_z or loss <= cfg.spike_ratio * median:
+        med = math.exp(median(ref))
+        if z <= cfg.spike_z or loss <= cfg.spike_ratio * med:
             return None
-        evidence.update(z=z, window_median=median, ratio=loss / median, threshold_z=cfg.spike_z)
-        return Condition("red", f"value loss spiked to {loss:.3g} ({loss / median:.1f}× its "
-                         f"median {median:.3g}, robust z={z:.1f}): critic diverging", evidence,
+        evidence.update(z=z, window_median=med, ratio=loss / med, threshold_z=cfg.spike_z)
+        return Condition("red", f"value loss spiked to {loss:.3g} ({loss / med:.1f}× its "
+                         f"median {med:.3g}, robust z={z:.1f}): critic diverging", evidence,
                          key="divergence",
-                         message_zh=f"价值损失飙升至 {loss:.3g}（为中位数的 {loss / median:.1f} "
+                         message_zh=f"价值损失飙升至 {loss:.3g}（为中位数的 {loss / med:.1f} "
                                     "倍），Critic 发散")
 
     def _overfitting(self, view: StepView, loss: float) -> Condition | None:
@@ -132,7 +132,7 @@ class Critic(Detector):
             self._base_loss.append(loss)
             self._base_adv.append(abs(adv))
             return None
-        base_loss, base_adv = float(np.median(self._base_loss)), float(np.median(self._base_adv))
+        base_loss, base_adv = median(self._base_loss), median(self._base_adv)
         tiny = loss < cfg.overfit_loss * base_loss and abs(adv) < cfg.overfit_adv * base_adv
         held = self._overfit.update(tiny, view.step)
         if held < cfg.overfit_steps:
@@ -154,7 +154,7 @@ class Critic(Detector):
         self._gap.push((value - ret) / abs(scale), view.step)
         if not self._gap.full:
             return None
-        gap = float(np.median(self._gap.values))
+        gap = median(self._gap.values)
         if abs(gap) <= cfg.shift_sigmas:
             return None
         evidence = {"gap_sigmas": gap, "value_mean": value, "returns_mean": ret,

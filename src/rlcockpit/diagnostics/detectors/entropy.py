@@ -36,7 +36,7 @@ import numpy as np
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, trailing_onset
+from rlcockpit.diagnostics.windows import Window, median, trailing_onset
 
 
 @dataclass(frozen=True)
@@ -87,15 +87,15 @@ class Entropy(Detector):
         if len(self._window) < 2 * cfg.k or len(self._early) < cfg.baseline_steps:
             return []
         values = self._window.values
-        baseline = float(np.median(self._early))
-        recent = float(np.median(values[-cfg.k:]))
+        baseline = median(self._early)
+        recent = median(values[-cfg.k:])
         uniform = view.finite("policy/entropy_uniform")
         found = [self._collapse(values, baseline, recent), self._blowup(baseline, recent, uniform)]
         return [c for c in found if c is not None]
 
     def _collapse(self, values: np.ndarray, baseline: float, recent: float) -> Condition | None:
         cfg = self.config
-        start = max(float(np.median(values[:max(cfg.k, len(values) // 2)])), baseline)
+        start = max(median(values[:max(cfg.k, len(values) // 2)]), baseline)
         if start <= 0:
             return None
         drop = (start - recent) / start

@@ -42,7 +42,7 @@ import numpy as np
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Streak, Window, robust_z
+from rlcockpit.diagnostics.windows import Streak, Window, median, robust_z
 
 _NETS = ("actor", "critic")
 
@@ -129,7 +129,7 @@ class Gradients(Detector):
             top = 10 ** float(np.max(window.values))
             if z >= cfg.loss_z and abs(loss) > cfg.loss_over_max * top:
                 evidence = {"loss": loss, "z_log10": z, "window_max_abs": top,
-                            "window_median_abs": 10 ** float(np.median(window.values)),
+                            "window_median_abs": 10 ** median(window.values),
                             "signal": "loss", "onset_step": step}
                 found = Condition("red", f"policy loss exploded to {loss:.3g} ({abs(loss) / top:.0f}× "
                                   f"the largest of the last {len(window)} steps, z {z:.1f} in orders "
@@ -143,17 +143,17 @@ class Gradients(Detector):
         cfg, step = self.config, view.step
         window = self._norms[net]
         known = len(window) >= cfg.min_steps
-        median = float(np.median(window.values)) if known else None
+        med = median(window.values) if known else None
         top = float(np.max(window.values)) if known else None
-        by_ratio = median is not None and median > 0 and value > cfg.explode_ratio * median \
+        by_ratio = med is not None and med > 0 and value > cfg.explode_ratio * med \
             and value > cfg.explode_over_max * top
         if not by_ratio and not (cfg.explode_abs and value > cfg.explode_abs):
             return None
-        ratio = value / median if median else None
-        evidence = {"grad_norm": value, "rolling_median": median, "window_max": top, "ratio": ratio,
+        ratio = value / med if med else None
+        evidence = {"grad_norm": value, "rolling_median": med, "window_max": top, "ratio": ratio,
                     "threshold_ratio": cfg.explode_ratio, "threshold_abs": cfg.explode_abs,
                     "signal": "grad norm", "onset_step": step}
-        shown = f" ({ratio:.1f}× its median {median:.3g})" if ratio else ""
+        shown = f" ({ratio:.1f}× its median {med:.3g})" if ratio else ""
         clip, moved = self._absorbed(net, value, view)
         if clip is not None:  # clipped, and the weights moved as usual: a spike, not a blow-up
             evidence.update(clip=clip, update_ratio_vs_median=moved)
@@ -173,7 +173,7 @@ class Gradients(Detector):
         clip = view.finite(f"grad/clip/{net}")
         ratio = view.finite(f"update/ratio/{net}")
         history = self._updates[net]
-        before = float(np.median(history.values)) if len(history) >= 3 else None
+        before = median(history.values) if len(history) >= 3 else None
         if clip is None or clip <= 0 or value <= clip or ratio is None or not before:
             return None, math.nan
         moved = ratio / before
@@ -184,7 +184,7 @@ class Gradients(Detector):
         streak, early = self._vanish[net], self._early[net]
         if len(early) < cfg.baseline_steps:
             early.append(value)
-        baseline = float(np.median(early))
+        baseline = median(early)
         threshold = max(cfg.vanish_abs, cfg.vanish_ratio * baseline
                         if len(early) >= cfg.baseline_steps else 0.0)
         held = streak.update(value < threshold, step)
@@ -203,14 +203,14 @@ class Gradients(Detector):
         if len(finite) < 3:
             self._layer.update(False, step)
             return None
-        median = float(np.median(list(finite.values())))
+        med = median(list(finite.values()))
         top = max(finite, key=finite.get)
-        ratio = finite[top] / median if median > 0 else float("inf")
+        ratio = finite[top] / med if med > 0 else float("inf")
         held = self._layer.update(ratio > cfg.layer_ratio, step)
         if held < cfg.layer_steps:
             return None
         group = top.removeprefix("grad/norm/layer/")
-        evidence = {"layer": group, "grad_norm": finite[top], "median_layer_norm": median,
+        evidence = {"layer": group, "grad_norm": finite[top], "median_layer_norm": med,
                     "ratio": ratio, "threshold": cfg.layer_ratio, "steps": held,
                     "signal": "layer grad norm", "onset_step": self._layer.onset}
         return Condition("orange", f"layer group {group!r} has gradients {ratio:.0f}× the median "

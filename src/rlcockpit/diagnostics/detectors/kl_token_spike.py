@@ -30,12 +30,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, robust_z
+from rlcockpit.diagnostics.windows import Window, median, robust_z
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ class KLTokenSpike(Detector):
             return self._held(view.step)
         evidence = {"value": peak, "threshold": threshold, "z_log": z, "z_log_p99": z99,
                     "z_single": cfg.z_single, "z_min": cfg.z_min,
-                    "history_median": math.exp(float(np.median(self._history.values[:-1]))),
+                    "history_median": math.exp(median(self._history.values[:-1])),
                     "step": view.step,
                     "token_p99": view.finite("kl/token_p99"), "kl_mean": view.finite("kl/mean"),
                     "signal": "token KL", "onset_step": view.step}

@@ -26,13 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.detectors._kl import KLScale, has_kl
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, band_exit, mann_kendall, relative_growth
+from rlcockpit.diagnostics.windows import Window, band_exit, mann_kendall, median, relative_growth
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ class KLTrend(Detector):
             return None
         values = self._kl.values
         target = reading.unit
-        start, end = float(np.median(values[:cfg.k])), float(np.median(values[-cfg.k:]))
+        start, end = median(values[:cfg.k]), median(values[-cfg.k:])
         rise = (end - start) / target
         if rise <= cfg.rise_yellow:
             return None

@@ -33,13 +33,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.detectors._kl import has_kl
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Streak, Window
+from rlcockpit.diagnostics.windows import Streak, Window, median
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,7 @@ class KLZero(Detector):
         if not is_zero:
             self._history.push(kl, view.step)
             return None
-        before = float(np.median(self._history.values)) if len(self._history) else 0.0
+        before = median(self._history.values) if len(self._history) else 0.0
         needed = cfg.steps if peak is not None else cfg.steps_mean_only
         if held < needed or before <= floor or before < cfg.collapse * abs(kl):
             return None

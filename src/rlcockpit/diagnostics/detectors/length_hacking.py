@@ -60,6 +60,8 @@ from rlcockpit.diagnostics.windows import (
     Window,
     band_exit,
     mann_kendall,
+    median,
+    quantile,
     relative_growth,
 )
 from rlcockpit.metrics.ks import ks_test
@@ -143,7 +145,7 @@ class LengthHacking(Detector):
         if not self._early:
             self._early.append(value)
             return None
-        early = float(np.median(self._early))
+        early = median(self._early)
         shrunk = value < cfg.collapse_frac * early
         if not shrunk and len(self._early) < cfg.early_steps:
             self._early.append(value)  # the early level: the first values that did not collapse
@@ -174,7 +176,7 @@ class LengthHacking(Detector):
         growth = max(trend_growth if rising else 0.0, fast_growth if jumped else 0.0)
         if rising and trend_growth >= fast_growth:  # show the trend's own start and end levels
             values = self._trend.values
-            ref, now = float(np.median(values[:5])), float(np.median(values[-5:]))
+            ref, now = median(values[:5]), median(values[-5:])
         severity = "orange" if growth >= cfg.growth_orange else "yellow"
         # onset: where the length left its band (stayed above start + 20% of the rise), not the
         # start of the trend window
@@ -233,13 +235,16 @@ class LengthShape:
     def _judge(self, lengths: np.ndarray) -> dict | None:
         cfg = self.cfg
         ref = np.concatenate(list(self._pool))
-        d, p = ks_test(lengths, ref)
-        med, ref_med = float(np.median(lengths)), float(np.median(ref))
-        p95 = float(np.percentile(ref, 95))
+        med, ref_med = median(lengths), median(ref)
+        p95 = quantile(ref, 0.95)
         tail = float(np.mean(lengths > cfg.tail_factor * p95))
         bc = bimodality_coefficient(lengths)
         bcs = [b for b in self._bcs if math.isfinite(b)]
-        ref_bc = float(np.median(bcs)) if bcs else math.nan
+        ref_bc = median(bcs) if bcs else math.nan
+        bimodal = math.isfinite(bc) and bc > BC_UNIFORM and ref_bc < BC_UNIFORM - 0.15
+        if med < 1.2 * ref_med and tail < cfg.tail_share and not bimodal:
+            return None  # no rule can hold: the KS test (the costly part) is not run
+        d, p = ks_test(lengths, ref)
         evidence = {"ks_d": d, "ks_p": p, "median": med, "reference_median": ref_med,
                     "tail_share": tail, "reference_p95": p95, "bimodality": bc,
                     "reference_bimodality": ref_bc}
@@ -248,6 +253,6 @@ class LengthShape:
         if tail >= cfg.tail_share:
             return {**evidence, "why": f"{tail:.0%} of lengths above {cfg.tail_factor:g}× the "
                     f"reference 95th percentile {p95:.0f}"}
-        if math.isfinite(bc) and bc > BC_UNIFORM and ref_bc < BC_UNIFORM - 0.15:
+        if bimodal:
             return {**evidence, "why": f"bimodal (coefficient {bc:.2f}, reference {ref_bc:.2f})"}
         return None

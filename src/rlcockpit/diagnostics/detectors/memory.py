@@ -22,12 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, band_exit, mann_kendall, theil_sen
+from rlcockpit.diagnostics.windows import Window, band_exit, mann_kendall, median, theil_sen
 
 _METRICS = ("sys/rss_gb", "sys/gpu_mem_gb")
 
@@ -83,15 +81,15 @@ class Memory(Detector):
         window = self._windows[metric]
         if len(window) < 5:
             return None
-        median = float(np.median(window.values))
-        if value <= cfg.spike_ratio * median or value - median < cfg.spike_gb:
+        med = median(window.values)
+        if value <= cfg.spike_ratio * med or value - med < cfg.spike_gb:
             return None
-        evidence = {"metric": metric, "value_gb": value, "median_gb": median,
-                    "ratio": value / median if median else None, "signal": "memory",
+        evidence = {"metric": metric, "value_gb": value, "median_gb": med,
+                    "ratio": value / med if med else None, "signal": "memory",
                     "onset_step": step}
-        return Condition("orange", f"{metric} spiked to {value:.2f} GB (median {median:.2f} GB)",
+        return Condition("orange", f"{metric} spiked to {value:.2f} GB (median {med:.2f} GB)",
                          evidence, key=f"spike/{metric}",
-                         message_zh=f"{metric} 突增至 {value:.2f} GB（中位数 {median:.2f} GB）")
+                         message_zh=f"{metric} 突增至 {value:.2f} GB（中位数 {med:.2f} GB）")
 
     def _growth(self, metric: str) -> Condition | None:
         cfg = self.config
@@ -99,16 +97,16 @@ class Memory(Detector):
         if not window.full:
             return None
         values = window.values
-        median = float(np.median(values))
+        med = median(values)
         rise = theil_sen(values) * (len(values) - 1)
-        if rise <= max(cfg.growth_frac * median, cfg.growth_gb):
+        if rise <= max(cfg.growth_frac * med, cfg.growth_gb):
             return None
         p = mann_kendall(values).p
         if p >= cfg.p_max:
             return None
-        evidence = {"metric": metric, "rise_gb": rise, "median_gb": median, "p_value": p,
+        evidence = {"metric": metric, "rise_gb": rise, "median_gb": med, "p_value": p,
                     "window": cfg.window, "signal": "memory",
-                    "onset_step": band_exit(values, window.steps, median) or int(window.steps[-1])}
+                    "onset_step": band_exit(values, window.steps, med) or int(window.steps[-1])}
         return Condition("yellow", f"{metric} growing steadily: +{rise:.2f} GB over "
                          f"{cfg.window} steps (now {values[-1]:.2f} GB)", evidence,
                          key=f"growth/{metric}",

@@ -31,7 +31,7 @@ import numpy as np
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import MAD_TO_SIGMA, mad
+from rlcockpit.diagnostics.windows import MAD_TO_SIGMA, mad, median
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class _Prompt:
 def step_z(rewards: np.ndarray) -> np.ndarray:
     """Each reward's z against the step: (r − median) / max(1.4826 · MAD, std)."""
     scale = max(MAD_TO_SIGMA * mad(rewards), float(rewards.std()), 1e-12)
-    return (rewards - float(np.median(rewards))) / scale
+    return (rewards - median(rewards)) / scale
 
 
 @register

@@ -45,7 +45,7 @@ from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.stats import Lagged
-from rlcockpit.diagnostics.windows import Streak, Window
+from rlcockpit.diagnostics.windows import Streak, Window, median
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class PPOEpochKL(Detector):
         level = max(lagged.median, lagged.scale(0.0))
         if level <= 0:
             return None
-        now = float(np.median(lagged.recent))
+        now = median(lagged.recent)
         ratio = now / level
         lagged.frozen = ratio >= cfg.jump_ratio  # the level before the jump stays the reference
         if ratio < cfg.jump_ratio:
@@ -147,7 +147,7 @@ class PPOEpochKL(Detector):
             return None  # off, or a per-sequence growth means nothing without the run's KL scale
         # the median, not the mean: the mean of consecutive differences telescopes to
         # (KL now - KL 10 steps ago) / 10, so one noisy KL spike alone would fire it
-        mean = float(np.median(self._deltas.values))
+        mean = median(self._deltas.values)
         rising = float(np.mean(self._deltas.values > 0))
         if mean <= cfg.cycle_ratio * target or rising < cfg.rising_share:
             return None

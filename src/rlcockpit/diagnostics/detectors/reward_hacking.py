@@ -84,7 +84,7 @@ from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.stats import Lagged
-from rlcockpit.diagnostics.windows import Streak
+from rlcockpit.diagnostics.windows import Streak, median, quantile
 
 # (metric, label, direction): the co-moving signals of a drifting policy (001 Q2, Q7).
 CO_MOVERS = (("kl/mean", "KL", 1.0), ("policy/entropy", "entropy", -1.0),
@@ -282,6 +282,7 @@ def has_letter(gram: str) -> bool:
     return any(ch.isalpha() for ch in gram)
 
 
+@functools.lru_cache(maxsize=65536)
 def is_phrase(gram: str) -> bool:
     """A piece of a phrase: letters on both sides of a space (``"t ques"``), or CJK characters
     (the Chinese filler has no spaces). A single common word with its spaces (``" with "``) is
@@ -346,14 +347,17 @@ class TemplateWatch:
                 self._early.append(self._pending[0][0])
         self._pending.append((shares, distinct))
 
-    def _reference_share(self, gram: str) -> tuple[float, float]:
+    def _reference_share(self, gram: str, share: float) -> tuple[float, float] | None:
         """(mean, population std) of the n-gram's share over the reference steps, or over the
         early steps when those held less of it (plain Python: ≤ ``window`` values, called for
-        every candidate n-gram of every step)."""
+        every candidate n-gram of every step); None when ``share`` is not ``share_rise`` above
+        that mean (it cannot have risen, whatever the spread: the spread is not computed)."""
         recent = [c.get(gram, 0.0) for c, _ in self._reference]
         early = [c.get(gram, 0.0) for c in self._early] if self._early else recent
         recent_mean, early_mean = _mean(recent), _mean(early)
         base, mean = (recent, recent_mean) if recent_mean <= early_mean else (early, early_mean)
+        if share - mean < self.cfg.share_rise:
+            return None
         return mean, math.sqrt(sum((v - mean) ** 2 for v in base) / len(base))
 
     def _risen(self, shares: Counter) -> list[tuple[str, float, float]]:
@@ -363,7 +367,10 @@ class TemplateWatch:
         for gram, share in shares.items():
             if share < cfg.share_rise or not is_phrase(gram):
                 continue
-            base, spread = self._reference_share(gram)
+            reference = self._reference_share(gram, share)
+            if reference is None:
+                continue
+            base, spread = reference
             if share - base >= max(cfg.share_rise, 3.0 * spread):
                 risen.append((gram, share, base))
         risen.sort(key=lambda item: (item[2] - item[1], item[0]))
@@ -398,7 +405,7 @@ class TemplateWatch:
                         "ngram_shares": {g: sh for g, sh, _ in risen[:5]},
                         "distinct_3": distinct, "examples": [r[:200] for r in covered[:3]]}
         ref = [d for _, d in self._reference if math.isfinite(d)]
-        ref_median = float(np.median(ref)) if ref else math.nan
+        ref_median = median(ref) if ref else math.nan
         if math.isfinite(distinct) and ref and distinct < cfg.distinct_ratio * ref_median:
             return {"distinct_3": distinct, "reference_distinct_3": ref_median,
                     "ratio_threshold": cfg.distinct_ratio,
@@ -438,9 +445,9 @@ class PaidWatch:
             return None
         rewards = np.asarray([s.reward for s in samples], dtype=float)
         ready = len(self._max) >= self.cfg.paid_warmup
-        bar = max(self._max) + self.cfg.paid_gap * float(np.median(self._spread)) if ready \
+        bar = max(self._max) + self.cfg.paid_gap * median(self._spread) if ready \
             else math.inf
-        if ready and float(rewards.std()) >= self.cfg.scale_ratio * float(np.median(self._spread)):
+        if ready and float(rewards.std()) >= self.cfg.scale_ratio * median(self._spread):
             rescaled = True  # every reward grew: the reward_scale detector's finding
         over = [s for s in samples if s.reward > bar] if not rescaled else []
         if over or self._counts:
@@ -515,7 +522,7 @@ class PhraseWatch:
         spread = float(rewards.std())
         if spread <= 0:
             return None
-        bar = float(np.quantile(rewards, 0.9)) + cfg.phrase_gap * spread
+        bar = quantile(rewards, 0.9) + cfg.phrase_gap * spread
         singled = [s for s in samples if s.reward > bar]
         rest = [s.response[:cfg.max_chars] for s in samples if s.reward <= bar]
         self._pool.append((view.step, singled, rest))

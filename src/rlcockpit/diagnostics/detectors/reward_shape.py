@@ -47,7 +47,7 @@ from rlcockpit.diagnostics.stats import (
     sample_values,
     skewness,
 )
-from rlcockpit.diagnostics.windows import Streak
+from rlcockpit.diagnostics.windows import Streak, median, quantile
 from rlcockpit.metrics.ks import ks_test
 
 
@@ -105,7 +105,7 @@ class RewardShape(Detector):
             self._bc.push(bimodality_coefficient(rewards), view.step)
             self._pending.append(rewards)
         skew = skewness(rewards) if rewards.size >= 8 else 0.0
-        out = [self._collapse(), self._bimodal(skew), self._long_tail(rewards, view.step),
+        out = [self._collapse(), self._bimodal(skew), self._long_tail(rewards, view.step, skew),
                self._left_shift()]
         self._roll_pool()
         return [c for c in out if c is not None]
@@ -118,7 +118,7 @@ class RewardShape(Detector):
         cfg = self.config
         if not self._std.ready(cfg.warmup):
             return None
-        ref = max(self._std.median, float(np.median(self._early_std)))
+        ref = max(self._std.median, median(self._early_std))
         now = float(self._std.recent.mean())
         if ref <= 0 or now > cfg.collapse_ratio * ref:
             return None
@@ -134,7 +134,7 @@ class RewardShape(Detector):
         cfg = self.config
         if not self._bc.ready(cfg.warmup) or abs(skew) >= cfg.tail_skew:
             return None  # a strongly skewed step is a tail (key "long_tail"), not two modes
-        now = float(np.median(self._bc.recent))
+        now = median(self._bc.recent)
         ref = self._bc.median
         if not (now > BC_UNIFORM and ref < BC_UNIFORM - cfg.bc_margin):
             return None
@@ -146,14 +146,14 @@ class RewardShape(Detector):
                          key="bimodal", message_zh=f"奖励分布出现双峰（双峰系数 {now:.2f}，"
                          f"此前 {ref:.2f}）")
 
-    def _long_tail(self, rewards: np.ndarray, step: int) -> Condition | None:
+    def _long_tail(self, rewards: np.ndarray, step: int, skew: float) -> Condition | None:
+        """``skew``: the rewards' skewness (computed once per step by :meth:`update`)."""
         cfg = self.config
         if rewards.size < 8:
             self._tail.update(False, step)
             return None
-        p10, p90 = np.percentile(rewards, [10, 90])
+        p10, p90 = quantile(rewards, 0.1), quantile(rewards, 0.9)
         ratio = (float(rewards.max()) - p90) / max(float(p90 - p10), 1e-12)
-        skew = skewness(rewards)
         held = self._tail.update(skew >= cfg.tail_skew and ratio >= cfg.tail_ratio, step)
         if held < cfg.tail_steps:
             return None
@@ -193,6 +193,6 @@ class RewardShape(Detector):
         recent = np.concatenate(list(self._pending))
         ref = np.concatenate(list(self._pool))
         d, p = ks_test(recent, ref)
-        lower = float(np.median(recent)) < float(np.median(ref)) or recent.mean() < ref.mean()
+        lower = median(recent) < median(ref) or recent.mean() < ref.mean()
         return {"ks_d": d, "ks_p": p, "confirmed": bool(p < self.config.ks_p and lower),
                 "recent_samples": int(recent.size)}

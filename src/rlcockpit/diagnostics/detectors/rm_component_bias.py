@@ -51,7 +51,7 @@ from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.stats import Lagged, cusum
-from rlcockpit.diagnostics.windows import Window, median
+from rlcockpit.diagnostics.windows import Window, median, quantile
 from rlcockpit.metrics.ks import ks_test
 
 NOT_COMPONENTS = frozenset({"raw", "uncertainty", "normalized", "category"})
@@ -188,10 +188,11 @@ class RMComponentBias(Detector):
         z = zs[name]
         others = [abs(v) for n, v in zs.items() if n != name]
         calm = not others or median(others) < cfg.z_others
-        ks = self._ks(name, view)
-        shifted = ks is not None and ks[1] < cfg.ks_p and ks[0] >= cfg.ks_d \
-            and abs(z) >= cfg.z_jump / 2
-        if not calm or not (abs(z) >= cfg.z_jump or shifted):
+        if not calm or abs(z) < cfg.z_jump / 2:
+            return None
+        ks = self._ks(name, view)  # only here: the costly part, and a shift needs |z| >= z_jump / 2
+        shifted = ks is not None and ks[1] < cfg.ks_p and ks[0] >= cfg.ks_d
+        if not (abs(z) >= cfg.z_jump or shifted):
             return None
         level = self._parts[name].level
         now = float(level.recent.mean())
@@ -272,7 +273,7 @@ class RMComponentBias(Detector):
         before = np.concatenate(history[:-cfg.drift_steps])
         shift = float(recent.mean() - before.mean())
         q = 0.25 if shift > 0 else 0.75
-        return abs(float(np.quantile(recent, q) - np.quantile(before, q))) >= cfg.median_frac * abs(shift)
+        return abs(quantile(recent, q) - quantile(before, q)) >= cfg.median_frac * abs(shift)
 
     def _spread_only(self, name: str, view: StepView) -> tuple[float, float] | None:
         """(mean shift, quantile shift) of this step's component values against the reference pool
@@ -291,7 +292,7 @@ class RMComponentBias(Detector):
         mean_shift = float(values.mean() - reference.mean())
         # the far side of the move: a rise must lift the low quantile, a fall lower the high one
         q = 0.25 if mean_shift > 0 else 0.75
-        quartile_shift = float(np.quantile(values, q) - np.quantile(reference, q))
+        quartile_shift = quantile(values, q) - quantile(reference, q)
         if abs(quartile_shift) >= self.config.median_frac * abs(mean_shift):
             return None
         return mean_shift, quartile_shift

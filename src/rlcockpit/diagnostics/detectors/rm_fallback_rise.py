@@ -21,12 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, mann_kendall
+from rlcockpit.diagnostics.windows import Window, mann_kendall, median
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,7 @@ class RMFallbackRise(Detector):
         if not self._frac.full:
             return None
         values = self._frac.values
-        start, end = float(np.median(values[:3])), float(np.median(values[-3:]))
+        start, end = median(values[:3]), median(values[-3:])
         trend = mann_kendall(values)
         if end - start <= cfg.rise_yellow or trend.z <= 0 or trend.p >= cfg.p_max:
             return None

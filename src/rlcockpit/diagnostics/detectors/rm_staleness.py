@@ -38,7 +38,14 @@ from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.stats import spearman
-from rlcockpit.diagnostics.windows import Window, band_exit, mann_kendall, relative_drop
+from rlcockpit.diagnostics.windows import (
+    Window,
+    band_exit,
+    mann_kendall,
+    median,
+    ranks,
+    relative_drop,
+)
 
 ENDS = 10  # steps whose median is the start / end level of the long window
 # Length in tokens (SampleRecord.length) and in characters: with mixed scripts (Chinese and
@@ -99,10 +106,10 @@ class RMStaleness(Detector):
         std_trend, mean_trend = mann_kendall(std), mann_kendall(mean)
         if drop < cfg.std_drop or std_trend.z > -cfg.z_trend or mean_trend.z < cfg.z_trend:
             return None
-        evidence = {"std_start": float(np.median(std[:ENDS])), "std_end": float(np.median(std[-ENDS:])),
+        evidence = {"std_start": median(std[:ENDS]), "std_end": median(std[-ENDS:]),
                     "std_drop": drop, "std_trend_z": std_trend.z, "mean_trend_z": mean_trend.z,
-                    "mean_start": float(np.median(mean[:ENDS])),
-                    "mean_end": float(np.median(mean[-ENDS:])), "window": cfg.long_window,
+                    "mean_start": median(mean[:ENDS]),
+                    "mean_end": median(mean[-ENDS:]), "window": cfg.long_window,
                     "threshold": cfg.std_drop, "signal": "reward std",
                     "onset_step": _band_exit_down(std, self._std.steps)}
         return Condition("yellow", f"reward model saturating: reward/std fell {drop:.0%} over "
@@ -120,7 +127,8 @@ class RMStaleness(Detector):
         pooled = np.concatenate(list(self._pairs))
         if len(self._pairs) < cfg.corr_steps or pooled.shape[0] < cfg.min_samples:
             return None
-        rhos = {name: spearman(pooled[:, 0], pooled[:, col])
+        reward_ranks = ranks(pooled[:, 0])
+        rhos = {name: spearman(pooled[:, 0], pooled[:, col], x_ranks=reward_ranks)
                 for name, col in LENGTHS.items() if np.any(pooled[:, col] > 0)}
         if self._early is None:
             self._early = rhos
@@ -150,5 +158,5 @@ def _orange(cond: Condition) -> Condition:
 
 def _band_exit_down(values: np.ndarray, steps: np.ndarray) -> int:
     """Where a falling series left its band: it stayed below start - 20% of its fall."""
-    start, end = float(np.median(values[:ENDS])), float(np.median(values[-ENDS:]))
+    start, end = median(values[:ENDS]), median(values[-ENDS:])
     return band_exit(values, steps, start - 0.2 * (start - end), rising=False) or int(steps[-1])

@@ -29,7 +29,7 @@ import numpy as np
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, mann_kendall
+from rlcockpit.diagnostics.windows import Window, mann_kendall, median
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class RMUncertainty(Detector):
         if not self._u.full:
             return None
         values = self._u.values
-        start, end = float(np.median(values[:3])), float(np.median(values[-3:]))
+        start, end = median(values[:3]), median(values[-3:])
         growth = end / max(start, 1e-9) - 1.0
         trend = mann_kendall(values)
         if growth < cfg.rise or trend.z <= 0 or trend.p >= cfg.p_max:

@@ -68,7 +68,7 @@ from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.detectors._kl import TOKEN_FLOOR, KLReading, KLScale, has_kl, per_token
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Streak, Window, mann_kendall, relative_range
+from rlcockpit.diagnostics.windows import Streak, Window, mann_kendall, median, relative_range
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class Stall(Detector):
         """The per-token KL penalty outweighs the reward's spread, KL in range (key kl_penalty)."""
         cfg = self.config
         coef, p99, spread = (view.finite(k) for k in ("kl/coef", "kl/token_p99", "reward/std"))
-        before = float(np.median(self._coef.values)) if len(self._coef) else None
+        before = median(self._coef.values) if len(self._coef) else None
         if coef is not None:
             self._coef.push(coef, view.step)
         share = coef * p99 / max(spread, 1e-12) if None not in (coef, p99, spread) else None
@@ -179,7 +179,7 @@ class Stall(Detector):
             return None
         cfg = self.config
         reward, kl = self._reward.values, self._kl.values
-        moved = abs(float(np.median(reward[-cfg.k:]) - np.median(reward[:cfg.k])))
+        moved = abs(median(reward[-cfg.k:]) - median(reward[:cfg.k]))
         sigma = max(float(reward.std()), 1e-12)
         p = mann_kendall(reward).p
         if reading is None:
@@ -204,12 +204,12 @@ class Stall(Detector):
         sequence also below the absolute ``kl_floor``."""
         cfg, target = self.config, reading.unit
         spread = relative_range(kl, eps=1e-12)
-        median, trend = float(np.median(kl)), mann_kendall(kl)
-        pinned = median < cfg.kl_low * target and not (trend.z > 0 and trend.p <= cfg.p_min)
+        med, trend = median(kl), mann_kendall(kl)
+        pinned = med < cfg.kl_low * target and not (trend.z > 0 and trend.p <= cfg.p_min)
         tiny = reading.per == "sequence" and float(np.max(np.abs(kl))) < cfg.kl_floor
         flat = spread < cfg.kl_range or tiny or pinned
         return flat, {"kl_relative_range": spread, "kl_max": float(np.max(kl)),
-                      "kl_median": median, "kl_trend_p": trend.p, "target": target,
+                      "kl_median": med, "kl_trend_p": trend.p, "target": target,
                       "kl_per": reading.per, "target_basis": reading.basis}
 
     def tick(self, wall_time: float, last_step_wall: float | None) -> Condition | None:

@@ -26,12 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Window, trailing_onset
+from rlcockpit.diagnostics.windows import Window, median, trailing_onset
 
 _NETS = ("actor", "critic")
 
@@ -93,38 +91,38 @@ class UpdateRatio(Detector):
 
     def _jump(self, net: str, value: float, history: Window, step: int) -> Condition | None:
         cfg = self.config
-        median = float(np.median(history.values))
-        if median <= 0 or value <= cfg.jump_ratio * median:
+        med = median(history.values)
+        if med <= 0 or value <= cfg.jump_ratio * med:
             return None
-        evidence = {"update_ratio": value, "previous_median": median, "ratio": value / median,
+        evidence = {"update_ratio": value, "previous_median": med, "ratio": value / med,
                     "threshold": cfg.jump_ratio, "history": cfg.history,
                     "signal": "update ratio", "onset_step": step}
-        return Condition("orange", f"{net} weights moved {value / median:.0f}× more than in the "
-                         f"previous steps (update/parameter ratio {value:.2g}, median {median:.2g}): "
+        return Condition("orange", f"{net} weights moved {value / med:.0f}× more than in the "
+                         f"previous steps (update/parameter ratio {value:.2g}, median {med:.2g}): "
                          "the policy is pushed far per step", evidence, key=f"jump/{net}",
-                         message_zh=f"{net} 参数单步更新幅度为此前的 {value / median:.0f} 倍"
-                                    f"（更新比 {value:.2g}，此前中位数 {median:.2g}）")
+                         message_zh=f"{net} 参数单步更新幅度为此前的 {value / med:.0f} 倍"
+                                    f"（更新比 {value:.2g}，此前中位数 {med:.2g}）")
 
     def _judge(self, net: str, window: Window) -> Condition | None:
         cfg = self.config
         values, steps = window.values, window.steps
-        median = float(np.median(values))
+        med = median(values)
         base = self._baseline[net]
-        low = max(cfg.low, cfg.low_ratio * float(np.median(base)) if
+        low = max(cfg.low, cfg.low_ratio * median(base) if
                   len(base) >= cfg.baseline_steps else 0.0)
-        outside = values > cfg.high if median > cfg.high else values < low
-        evidence = {"update_ratio_median": median, "window": cfg.window, "low": low,
+        outside = values > cfg.high if med > cfg.high else values < low
+        evidence = {"update_ratio_median": med, "window": cfg.window, "low": low,
                     "high": cfg.high, "signal": "update ratio",
                     "onset_step": trailing_onset(steps, outside) or int(steps[-1])}
-        if median > cfg.high:
-            return Condition("orange", f"{net} update/parameter ratio {median:.2g} above "
+        if med > cfg.high:
+            return Condition("orange", f"{net} update/parameter ratio {med:.2g} above "
                              f"{cfg.high:g}: steps too large (learning rate too high?)", evidence,
                              key=f"high/{net}",
-                             message_zh=f"{net} 参数更新比 {median:.2g} 超过 {cfg.high:g}：学习率过高？")
-        if median < low:
-            return Condition("yellow", f"{net} update/parameter ratio {median:.2g} below "
+                             message_zh=f"{net} 参数更新比 {med:.2g} 超过 {cfg.high:g}：学习率过高？")
+        if med < low:
+            return Condition("yellow", f"{net} update/parameter ratio {med:.2g} below "
                              f"{low:.2g} (1% of its early level): almost no learning", evidence,
                              key=f"low/{net}",
-                             message_zh=f"{net} 参数更新比 {median:.2g} 低于 {low:.2g}"
+                             message_zh=f"{net} 参数更新比 {med:.2g} 低于 {low:.2g}"
                                         "（早期水平的 1%）：几乎没有学习")
         return None
