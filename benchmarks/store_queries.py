@@ -19,6 +19,22 @@ table reports each one's build rate (steps/s and samples/s through ``write_batch
 process) beside its queries. The ClickHouse targets of issue 12 (1M steps, 10M samples, histogram
 <= 100 ms) are asked with ``--steps 1000000``; the output says at which size it was measured.
 
+Bulk build (``--bulk``; the default from ``--steps 1000000``, ``--no-bulk`` forces the writer):
+the writer path builds ~1,000 steps/s, so 1M steps would take most of an hour per backend. In bulk
+mode (benchmarks/_store_bulk.py) the run is created, heartbeated and finished through the store's
+writer, and the data tables are filled by SQL inside the engine, ~100k steps a statement: chDB
+``INSERT ... SELECT FROM numbers(...)`` through the store's own transport, SQLite ``INSERT ...
+SELECT`` over recursive CTEs (at 20k steps they wrote the data in ~5.5 s, ``executemany`` fed
+from numpy arrays in ~6.7-8.1 s, so the CTEs stayed). Same tables, sizes and distributions as
+the writer path (curves: random walks with rare spikes; chDB draws from a hash of (metric, step),
+so its rebuilds are identical, SQLite from its unseeded ``random()``); the metric rollups come
+from the store's own rollup code (chDB: migration 3's SQL per chunk; SQLite:
+``rollups.recompute``); every sample row stores its own ~1 KB of text; 1 sample in 1,000 carries
+token / logprob arrays in the writer's blob format. Measured at 20k steps on the shared 2-core
+machine: SQLite ~2,500 steps/s (writer path 1,190), chDB ~5,800 steps/s (writer path 990). A
+bulk fixture is cached like a writer-built one under a key salted "bulk" (the two never mix), and
+the output says "bulk-built (SQL inside the engine)" beside its build rate.
+
 Competitors, asked the natural way for each:
   MLflow (sqlite backend)  curve: MlflowClient.get_metric_history (all points, no downsampling);
                            samples logged with mlflow.log_table (one table artifact); page and
@@ -71,6 +87,7 @@ SLOW_QUERY_MS = 2000.0
 RUN_ID = "bench-store"
 CURVE_METRIC = "reward/mean"
 FLAGS = ("truncated", "rule_violation", "low_confidence")
+BULK_FROM_STEPS = 1_000_000  # --bulk is the default from this size (the writer: ~1k steps/s)
 
 
 @dataclass(frozen=True)
@@ -195,15 +212,21 @@ def rlcockpit_batches(fx: Fixture, chunk_steps: int) -> Iterator[tuple[int, Any]
         yield len(steps), Batch(metrics=metrics, samples=samples)
 
 
+def bench_run(fx: Fixture) -> Any:
+    """The benchmark's run, as both build paths create it."""
+    from rlcockpit.records import RunInfo
+
+    return RunInfo(run_id=RUN_ID, project="bench", name="store-queries", started_at=1.7e9,
+                   config={"fixture": fx.__dict__})
+
+
 def build_rlcockpit(path: Path, fx: Fixture, progress: Callable[[int], None],
                     backend: str = "sqlite") -> None:
-    from rlcockpit.records import RunInfo
     from rlcockpit.store import open_store
 
     store = open_store(store_uri(backend, path))
     writer = store.writer()
-    writer.create_run(RunInfo(run_id=RUN_ID, project="bench", name="store-queries",
-                              started_at=1.7e9, config={"fixture": fx.__dict__}))
+    writer.create_run(bench_run(fx))
     for n_steps, batch in rlcockpit_batches(fx, chunk_steps=500):
         writer.write_batch(RUN_ID, batch)
         progress(n_steps)
@@ -212,6 +235,34 @@ def build_rlcockpit(path: Path, fx: Fixture, progress: Callable[[int], None],
     close = getattr(store, "close", None)
     if close:
         close()
+
+
+def build_rlcockpit_bulk(path: Path, fx: Fixture, progress: Callable[[int], None],
+                         backend: str = "sqlite") -> None:
+    """The same run filled by SQL inside the engine (``--bulk``, benchmarks/_store_bulk.py)."""
+    import _store_bulk
+
+    spec = _store_bulk.BulkSpec(
+        run=bench_run(fx), steps=fx.steps, samples_per_step=fx.samples_per_step,
+        metric_names=tuple(metric_names(fx.metrics)),
+        prompts=tuple(TextPool(fx.prompt_bytes, seed=2).texts),
+        responses=tuple(TextPool(fx.response_bytes, seed=3).texts),
+        categories=CATEGORIES, components=COMPONENTS, flags=FLAGS)
+    _store_bulk.build(backend, store_uri(backend, path), spec, progress,
+                      finished_at=1.7e9 + fx.steps)
+
+
+def fixture_path(cache: Path, fx: Fixture, backend: str, bulk: bool) -> Path:
+    """Where a backend's fixture is cached: the kind (backend, bulk or not) names the file, the
+    key hashes the size and the store's source (bulk: salted "bulk" and the bulk builder's
+    source), so a writer-built and a bulk-built fixture never stand in for each other."""
+    kind = "rlcockpit-chdb" if backend == "chdb" else "rlcockpit"
+    salt = store_salt(backend)
+    if bulk:
+        kind += "-bulk"
+        bulk_source = (Path(__file__).parent / "_store_bulk.py").read_bytes()
+        salt += f"-bulk-{hashlib.sha1(bulk_source).hexdigest()[:10]}"
+    return cache / f"{kind}_{fx.key(salt)}{'' if backend == 'chdb' else '.db'}"
 
 
 def cached(path: Path, rebuild: bool, build: Callable[[Path], None]) -> tuple[Path, bool]:
@@ -574,13 +625,13 @@ def run_rlcockpit(fx: Fixture, args: argparse.Namespace, cache: Path, backend: s
     if not module_available(needs):
         return [QueryResult(label, q, "-", status=f"not installed: {needs}")
                 for q in ("curve", "page", "histogram", "dashboard")], info
-    suffix = "" if backend == "chdb" else ".db"
-    path = cache / f"{'rlcockpit-chdb' if backend == 'chdb' else 'rlcockpit'}_" \
-                   f"{fx.key(store_salt(backend))}{suffix}"
+    path = fixture_path(cache, fx, backend, args.bulk)
+    builder = build_rlcockpit_bulk if args.bulk else build_rlcockpit
+    info["build_mode"] = "bulk" if args.bulk else "writer"
 
     def build(p: Path) -> None:
         info["build_s"] = with_progress(fx.steps, f"building {p.name}",
-                                        lambda advance: build_rlcockpit(p, fx, advance, backend))
+                                        lambda advance: builder(p, fx, advance, backend))
         info["build_steps_per_s"] = fx.steps / info["build_s"]
         info["build_samples_per_s"] = fx.samples / info["build_s"]
 
@@ -621,9 +672,17 @@ def print_tables(results: list[QueryResult], fx: Fixture, infos: list[dict[str, 
                          f"built in {fmt(info.get('build_s'), 1)} s = "
                          f"{fmt(info.get('build_steps_per_s'), 0)} steps/s = "
                          f"{fmt(info.get('build_samples_per_s'), 0)} samples/s "
-                         f"(+ {fx.metrics} metrics a step) from one process") + ")")
+                         f"(+ {fx.metrics} metrics a step) from one process, "
+                         + build_how(info)) + ")")
     for n in notes:
         console.print(f"[bold yellow]SCALED[/] {n}" if "SCALED" in n else n)
+
+
+def build_how(info: dict[str, Any]) -> str:
+    """How a fixture was built, printed beside its build rate."""
+    if info.get("build_mode") == "bulk":
+        return "bulk-built (SQL inside the engine)"
+    return "through write_batch"
 
 
 def headline(results: list[QueryResult], fx: Fixture, infos: list[dict[str, Any]],
@@ -673,7 +732,8 @@ def headline(results: list[QueryResult], fx: Fixture, infos: list[dict[str, Any]
     for info in infos:
         prefix = "store" if info.get("backend") == "sqlite" else f"{info.get('backend')}_store"
         out.update({f"{prefix}_{k}": v for k, v in info.items()
-                    if k in ("size_mb", "build_s", "build_samples_per_s", "reused_cache")})
+                    if k in ("size_mb", "build_s", "build_samples_per_s", "reused_cache",
+                             "build_mode")})
     return out
 
 
@@ -692,10 +752,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cache-dir", default=None,
                    help="where fixtures are cached (default: <tmp>/rlcockpit-bench)")
     p.add_argument("--rebuild", action="store_true", help="rebuild cached fixtures")
+    p.add_argument("--bulk", action=argparse.BooleanOptionalAction, default=None,
+                   help="fill the rlcockpit fixtures with SQL inside the engine instead of "
+                        f"write_batch (default: on from --steps {BULK_FROM_STEPS:_})")
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.samples_per_step, args.runs = 2000, 10, 2
         args.competitor_budget_s = min(args.competitor_budget_s, 1.0)
+    if args.bulk is None:
+        args.bulk = args.steps >= BULK_FROM_STEPS
     for name in ("steps", "metrics", "samples_per_step", "runs"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
