@@ -489,3 +489,25 @@ def test_store_doc_covers_the_clickhouse_tables_and_options(tmp_path):
         assert f"`{name}`" in doc, name
     for needle in ("RLCOCKPIT_TEST_CLICKHOUSE_URI", "Kafka", "store copy", "control.db"):
         assert needle in doc, needle
+
+
+def test_a_curve_whose_rollups_were_lost_is_still_read_whole(tmp_path):
+    """A writer killed between its metrics and its rollups leaves rows without rollup rows: the
+    whole-run curve's ends then come from the rows themselves, not from the rollups."""
+    store = open_store(f"chdb:///{tmp_path / 'ch'}")
+    try:
+        writer = store.writer()
+        writer.create_run(RunInfo(run_id="r", project="p", name="n"))
+        writer.write_batch("r", Batch(metrics=[MetricPoint(s, m, float(s % 97), 1e3 + s)
+                                               for s in range(5, 20_000) for m in ("kept", "lost")]))
+        store._transport.command("ALTER TABLE rlcockpit.metric_rollups DELETE WHERE name = 'lost' "
+                                 "SETTINGS mutations_sync = 1")
+        reader = store.reader()
+        got = reader.read_series("r", ["kept", "lost"], max_points=500)
+        for name in ("kept", "lost"):
+            assert got[name].downsampled and got[name].steps[0] >= 5 and got[name].steps[-1] <= 19_999
+            assert max(got[name].values) == 96.0 and len(got[name].steps) > 100, name
+        short = reader.read_series("r", ["lost"], max_points=20_000)["lost"]
+        assert (short.steps[0], short.steps[-1], len(short.steps)) == (5, 19_999, 19_995)
+    finally:
+        store.close()

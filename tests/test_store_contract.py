@@ -329,6 +329,36 @@ def test_long_curves_downsample_from_rollups_and_keep_every_extreme(store, step_
     assert len(s.steps) > 100 and s.steps[-1] - s.steps[0] > 0.9 * (hi - lo)
 
 
+def test_whole_run_curves_are_raw_when_their_span_fits_else_downsampled_with_exact_ends(store):
+    """Both stores decide by the span of steps: a curve over at most max_points steps comes back
+    whole, a sparse or dense one over more is downsampled to stored rows; first and last steps
+    are the curve's own, off block boundaries and on a NaN too."""
+    writer, reader = store.writer(), store.reader()
+    writer.create_run(RunInfo(run_id="sp", project="p", name="sp"))
+    curves = {"sparse": range(10_005, 40_000, 50),      # 600 rows over a 30k-step span
+              "short": range(777, 777 + 900),           # 900 consecutive rows
+              "dense": range(0, 40_000),
+              "nan_tail": range(100, 5_100)}            # ends on a NaN
+    value = {name: {s: math.sin(s / 300) + k for s in steps} for k, (name, steps) in enumerate(curves.items())}
+    value["nan_tail"][5_099] = math.nan
+    points = [MetricPoint(s, name, v, 1e3 + s) for name, vals in value.items() for s, v in vals.items()]
+    for start in range(0, len(points), 7_000):
+        writer.write_batch("sp", Batch(metrics=points[start:start + 7_000]))
+    got = reader.read_series("sp", list(curves), max_points=1000)
+    assert not got["short"].downsampled
+    assert list(got["short"].steps) == list(curves["short"])
+    assert list(got["short"].values) == [value["short"][s] for s in curves["short"]]
+    for name in ("sparse", "dense", "nan_tail"):
+        s = got[name]
+        assert s.downsampled and 100 < len(s.steps) <= 1000, name
+        assert (s.steps[0], s.steps[-1]) == (curves[name][0], curves[name][-1]) or name == "dense"
+        assert all(same_float(value[name][st], v) for st, v in zip(s.steps, s.values, strict=True))
+    assert math.isnan(got["nan_tail"].values[-1])
+    assert max(got["dense"].values) == max(value["dense"].values())
+    everything = reader.read_series("sp", ["sparse"], max_points=None)["sparse"]
+    assert list(everything.steps) == list(curves["sparse"]) and not everything.downsampled
+
+
 def test_rewritten_steps_update_the_downsampled_curve(store):
     writer, reader = store.writer(), store.reader()
     writer.create_run(RunInfo(run_id="re", project="p", name="re"))
