@@ -483,6 +483,27 @@ def test_sample_histogram_matches_numpy(store):
     assert "reward" in SAMPLE_HISTOGRAM_FIELDS
 
 
+def test_sample_histogram_places_values_on_and_beside_its_edges_by_those_edges(store):
+    """Each value lands in the bin whose reported edges hold it (lower edge in, upper edge out, the
+    last bin closed) — also a value exactly on an edge or one float away from it."""
+    writer, reader = store.writer(), store.reader()
+    writer.create_run(RunInfo(run_id="edges", project="p", name="e"))
+    lo, hi, bins = -0.7, 1.3, 13
+    edges = [lo + (hi - lo) * i / bins for i in range(bins)] + [hi]
+    rng = random.Random(5)
+    values = [lo, hi] + [rng.uniform(lo, hi) for _ in range(300)]
+    values += [v for e in edges[1:-1] for v in (e, math.nextafter(e, -math.inf), math.nextafter(e, math.inf))]
+    writer.write_batch("edges", Batch(samples=[SampleRecord(step=i // 50, sample_id=i, prompt="p", response="r",
+                                                            reward=v) for i, v in enumerate(values)]))
+    h = reader.sample_histogram("edges", "reward", bins=bins)
+    assert h.edges[0] == lo and h.edges[-1] == hi
+    want = [0] * bins
+    for v in values:
+        i = next(i for i in range(bins) if h.edges[i] <= v < h.edges[i + 1] or (i == bins - 1 and v == hi))
+        want[i] += 1
+    assert h.counts == tuple(want)
+
+
 @pytest.mark.parametrize("small_range", [0, 10**9], ids=["per-bin-counts", "grouped"])
 def test_sample_histogram_over_a_step_range_matches_numpy(store, monkeypatch, small_range):
     from rlcockpit.store import sqlite_samples

@@ -142,13 +142,13 @@ def _from_rollups(q: Query, db: str, run_id: str, plans: dict[str, tuple], max_p
     at either end of the range from the raw rows. Two queries for every curve together (three
     when a curve has NaNs and needs the smaller bucket budget)."""
     r = lit(run_id)
-    ends = " OR ".join(
+    ends = " OR ".join(  # the partial blocks at either end; none when the range is block-aligned
         f"(name = {lit(n)} AND (step BETWEEN {f} AND {k0 * z - 1} OR "
         f"step BETWEEN {(k1 + 1) * z} AND {last}))"
-        for n, (f, last, z, k0, k1) in plans.items())
+        for n, (f, last, z, k0, k1) in plans.items() if f < k0 * z or (k1 + 1) * z <= last)
     edge: dict[str, list[Point]] = {n: [] for n in plans}
     for name, step, value, wall in q(f"SELECT toString(name), step, value, wall_time FROM "
-                                     f"{db}.metrics WHERE run_id = {r} AND ({ends})"):
+                                     f"{db}.metrics WHERE run_id = {r} AND ({ends})") if ends else ():
         edge[name].append((int(step), float(value), float(wall)))
     out: dict[str, list[Point]] = {}
     todo = dict(plans)
@@ -342,9 +342,14 @@ def sample_histogram(q: Query, db: str, run_id: str, field: str, bins: int, *,
         lo, hi = lo - 0.5, hi + 0.5
     edges = [lo + (hi - lo) * i / bins for i in range(bins)] + [hi]
     width = (hi - lo) / bins
+    # edge i computed in SQL exactly as above, lo + ((hi - lo) * i) / bins in float64 (an array
+    # of the edges indexed per row cost ~3x the scan itself: 330 vs 115 ms over 10M rewards)
+    span = hi - lo
+    edge = f"({lo!r} + {span!r} * {{i}} / {bins})"
     found = q(
-        f"SELECT b0 - (x < e[b0 + 1]) + (b0 < {bins - 1} AND x >= e[b0 + 2]) AS b, count() FROM "
-        f"(SELECT {x} AS x, {lit(edges)} AS e, "
+        f"SELECT b0 - (x < {edge.format(i='b0')}) "
+        f"+ (b0 < {bins - 1} AND x >= {edge.format(i='(b0 + 1)')}) AS b, "
+        f"count() FROM (SELECT {x} AS x, "
         f"least(toInt64(floor((x - {lo!r}) / {width!r})), {bins - 1}) AS b0 "
         f"FROM {db}.samples WHERE {where} AND isFinite({x})) GROUP BY b")
     counts = [0] * bins
