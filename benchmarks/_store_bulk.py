@@ -142,6 +142,11 @@ def _fill_chdb(store: Any, spec: BulkSpec, progress: Progress) -> None:
             _ch(t, _ch_samples_sql(t.database, spec, lo, hi))
             _ch(t, _ch_steps_sql(t.database, spec.run_id, lo, hi))
             progress(hi - lo)
+        # one part per table, as a server's background merges leave a finished run: the chunks'
+        # parts left unmerged (this process exits right after the build) made every query visit
+        # ~16 parts (at 1M steps: page 222 -> 95 ms, histogram 340 -> 190 ms once merged)
+        for table in ("samples", "metrics", "metric_rollups", "steps"):
+            t.command(f"OPTIMIZE TABLE {t.database}.{table} FINAL")
     finally:
         t.command(f"DROP TABLE IF EXISTS {t.database}.{CH_POOL}")
         t.close()

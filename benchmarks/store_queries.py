@@ -30,7 +30,9 @@ the writer path (curves: random walks with rare spikes; chDB draws from a hash o
 so its rebuilds are identical, SQLite from its unseeded ``random()``); the metric rollups come
 from the store's own rollup code (chDB: migration 3's SQL per chunk; SQLite:
 ``rollups.recompute``); every sample row stores its own ~1 KB of text; 1 sample in 1,000 carries
-token / logprob arrays in the writer's blob format. Measured at 20k steps on the shared 2-core
+token / logprob arrays in the writer's blob format; chDB's tables are then merged to one part each
+(``OPTIMIZE ... FINAL``), as a server's background merges leave a finished run — this process
+exits right after the build, before chDB would merge the chunks' parts. Measured at 20k steps on the shared 2-core
 machine: SQLite ~2,500 steps/s (writer path 1,190), chDB ~5,800 steps/s (writer path 990). A
 bulk fixture is cached like a writer-built one under a key salted "bulk" (the two never mix), and
 the output says "bulk-built (SQL inside the engine)" beside its build rate.
@@ -83,6 +85,7 @@ DASHBOARD_CURVES = 8
 BACKENDS = {"sqlite": "rlcockpit", "chdb": "rlcockpit-chdb"}  # --backends name -> table label
 PAGE_TARGET_MS = 100.0
 HIST_TARGET_MS = 200.0
+CH_HIST_TARGET_MS = 100.0  # issue 12: the ClickHouse backend's histogram of 10M rewards
 SLOW_QUERY_MS = 2000.0
 RUN_ID = "bench-store"
 CURVE_METRIC = "reward/mean"
@@ -361,7 +364,7 @@ def rlcockpit_queries(path: Path, fx: Fixture, runs: int, backend: str = "sqlite
               target_ms=PAGE_TARGET_MS),
         timed(label, "histogram", "sample_histogram(reward, bins=50)",
               lambda: reader.sample_histogram(RUN_ID, field="reward", bins=50), runs,
-              _hist_total, target_ms=HIST_TARGET_MS),
+              _hist_total, target_ms=CH_HIST_TARGET_MS if backend == "chdb" else HIST_TARGET_MS),
         timed(label, "dashboard", f"runs+summary+{DASHBOARD_CURVES} curves+latest+findings+phases",
               lambda: dashboard_calls(reader, fx), runs, lambda n: n,
               target_ms=DASHBOARD_TARGET_MS),
@@ -713,7 +716,7 @@ def headline(results: list[QueryResult], fx: Fixture, infos: list[dict[str, Any]
         "chdb_targets": {
             "curve_le_50ms": verdict("rlcockpit-chdb", "curve", CURVE_TARGET_MS),
             "page_le_100ms": verdict("rlcockpit-chdb", "page", PAGE_TARGET_MS),
-            "histogram_le_100ms": verdict("rlcockpit-chdb", "histogram", 100.0),
+            "histogram_le_100ms": verdict("rlcockpit-chdb", "histogram", CH_HIST_TARGET_MS),
             "dashboard_le_300ms": verdict("rlcockpit-chdb", "dashboard", DASHBOARD_TARGET_MS),
         },
         "mlflow_curve_ms": ms("mlflow", "curve"),
