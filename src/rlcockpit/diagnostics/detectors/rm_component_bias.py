@@ -188,7 +188,7 @@ class RMComponentBias(Detector):
         z = zs[name]
         others = [abs(v) for n, v in zs.items() if n != name]
         calm = not others or median(others) < cfg.z_others
-        if not calm or abs(z) < cfg.z_jump / 2:
+        if not calm or not abs(z) >= cfg.z_jump / 2:  # (a NaN z fails here, as it always did)
             return None
         ks = self._ks(name, view)  # only here: the costly part, and a shift needs |z| >= z_jump / 2
         shifted = ks is not None and ks[1] < cfg.ks_p and ks[0] >= cfg.ks_d
