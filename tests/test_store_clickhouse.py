@@ -511,3 +511,42 @@ def test_a_curve_whose_rollups_were_lost_is_still_read_whole(tmp_path):
         assert (short.steps[0], short.steps[-1], len(short.steps)) == (5, 19_999, 19_995)
     finally:
         store.close()
+
+
+def test_a_version_4_database_gets_uncompressed_sample_numbers_and_keeps_its_samples(tmp_path):
+    """Migration 5 changes only the codec of the numbers the explorer filters and bins: the
+    samples written under version 4 read back the same, and new parts store them uncompressed."""
+    from rlcockpit.store import ch_schema
+    from rlcockpit.store.ch_transport import ChdbTransport
+
+    path = tmp_path / "ch"
+    t = ChdbTransport(path, "rlcockpit")
+    try:
+        t.command("CREATE DATABASE IF NOT EXISTS rlcockpit")
+        t.command("CREATE TABLE rlcockpit.schema_version (version UInt32, applied_at Float64) "
+                  "ENGINE = MergeTree ORDER BY version")
+        for version, statements in enumerate(ch_schema.MIGRATIONS[:4], start=1):
+            for statement in statements:
+                t.command(statement.format(db="rlcockpit"))
+            t.command(f"INSERT INTO rlcockpit.schema_version VALUES ({version}, 0)")
+    finally:
+        t.close()
+    store = open_store(f"chdb:///{path}")
+    try:
+        assert store.schema_version == ch_schema.SCHEMA_VERSION == 5
+        store.close()
+        store = open_store(f"chdb:///{path}")  # reopening applies nothing twice
+        writer = store.writer()
+        writer.create_run(RunInfo(run_id="r", project="p", name="n"))
+        writer.write_batch("r", Batch(samples=[SampleRecord(step=0, sample_id=i, prompt="p", response="r",
+                                                            reward=i / 7, advantage=-i / 3) for i in range(20)]))
+        page = store.reader().query_samples("r", SampleQuery(reward_min=1.0, limit=100))
+        assert sorted(s.sample_id for s in page.items) == list(range(7, 20))
+        assert [s.advantage for s in sorted(page.items, key=lambda s: s.sample_id)] == [-i / 3 for i in range(7, 20)]
+        ddl = store._transport.query("SELECT create_table_query FROM system.tables WHERE "
+                                     "database = 'rlcockpit' AND name = 'samples'")[0][0]
+        assert "`reward` Float64 CODEC(NONE)" in ddl and "`kl_max` Nullable(Float64) CODEC(NONE)" in ddl
+        assert [r[0] for r in store._transport.query(
+            "SELECT version FROM rlcockpit.schema_version ORDER BY version")] == [1, 2, 3, 4, 5]
+    finally:
+        store.close()

@@ -121,8 +121,18 @@ V4_LAYOUTS = (
     "ORDER BY project",
 )
 
+# the sample numbers the explorer filters and bins, stored uncompressed: a float reward barely
+# compresses (LZ4 kept 95 % of 10M random rewards) and decompressing it was most of a scan (sum of
+# 10M rewards 59 -> 23 ms, a filtered page's total 81 -> 58 ms on chDB). Existing parts keep their
+# codec until ClickHouse merges them; nothing is rewritten now.
+V5_SAMPLE_NUMBER_CODECS = tuple(
+    f"ALTER TABLE {{db}}.samples MODIFY COLUMN {column} {kind} CODEC(NONE)"
+    for column, kind in (("reward", "Float64"), ("advantage", "Nullable(Float64)"),
+                         ("value", "Nullable(Float64)"), ("kl_sum", "Nullable(Float64)"),
+                         ("kl_max", "Nullable(Float64)"), ("uncertainty", "Nullable(Float64)")))
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (V1_CORE, V2_SAMPLE_INDICES, V3_METRIC_ROLLUPS,
-                                           V4_LAYOUTS)
+                                           V4_LAYOUTS, V5_SAMPLE_NUMBER_CODECS)
 SCHEMA_VERSION = len(MIGRATIONS)
 TOKEN_ARRAY_COLUMNS = ("tokens", "logprobs", "ref_logprobs", "token_kl")
 
