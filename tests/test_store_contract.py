@@ -839,3 +839,23 @@ def test_snapshots_and_incidents_round_trip(tmp_path):
     with pytest.raises(NotFoundError):
         reader.get_snapshot("r1", 999)
     reader.close()
+
+
+@pytest.mark.parametrize("order", ["step_asc", "step_desc", "reward_desc"])
+def test_pages_in_any_order_tile_the_filtered_samples_also_past_a_thousand(store, order):
+    """Consecutive pages (shallow ones read in one pass in key order, deep ones by keys first)
+    return every filtered sample once, in order, with its own texts."""
+    writer, reader = store.writer(), store.reader()
+    writer.create_run(RunInfo(run_id="tile", project="p", name="t"))
+    writer.write_batch("tile", Batch(samples=[
+        SampleRecord(step=i // 4, sample_id=i % 4, prompt=f"p{i}", response=f"r{i}", reward=(i * 37 % 101) / 10,
+                     category="math" if i % 3 else "code") for i in range(1_800)]))
+    query = {"category": "math", "reward_min": 1.0, "order": order}
+    seen = []
+    for offset in range(0, 1_300, 100):
+        page = reader.query_samples("tile", SampleQuery(limit=100, offset=offset, **query))
+        seen += [(s.step, s.sample_id, s.prompt, s.reward) for s in page.items]
+    every = reader.query_samples("tile", SampleQuery(limit=10_000, **query))
+    assert page.total == every.total == len(every.items) > 1_000
+    assert seen == [(s.step, s.sample_id, s.prompt, s.reward) for s in every.items][:1_300]
+    assert all(p == f"p{4 * st + sid}" for st, sid, p, _ in seen)

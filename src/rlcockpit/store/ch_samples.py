@@ -31,6 +31,8 @@ ORDERS = {
     "reward_desc": "isNaN(reward), reward DESC, step, sample_id",
 }
 MAX_PAGE = 10_000
+IN_KEY_ORDER = ("step_asc", "step_desc")  # the ordering key's own order: read in order, stop early
+ONE_PASS_OFFSET = 1_000  # deeper pages skip rows whose texts a one-pass read would decompress
 # a TTL may have dropped a sample's arrays after it was written with them
 HAS_ARRAYS = ("(has_token_arrays = 1 AND NOT (isNull(tokens) AND isNull(logprobs) AND "
               "isNull(ref_logprobs) AND isNull(token_kl)))")
@@ -238,11 +240,22 @@ def _tuple(value) -> tuple:
 def sample_page(q: Query, db: str, run_id: str, query: SampleQuery) -> SamplePage:
     _validate(query)
     where = _filters(run_id, query)
-    total = q(f"SELECT count() FROM {db}.samples WHERE {where}")[0][0]
-    keys = q(f"SELECT step, sample_id FROM {db}.samples WHERE {where} "
-             f"ORDER BY {ORDERS[query.order]} LIMIT {int(query.limit)} OFFSET {int(query.offset)}")
-    found = samples_by_key(q, db, run_id, [(int(s), int(i)) for s, i in keys],
-                           query.include_token_arrays)
+    # the total: the key range (run, steps) as the WHERE, the rest counted in place — a WHERE on
+    # the other columns costs their filtering machinery (642k of 6M rows: 62 -> 49 ms on chDB)
+    key, rest = _filters(run_id, query, key_only=True), _filters(run_id, query, key_only=False)
+    total = q(f"SELECT {f'countIf({rest})' if rest else 'count()'} FROM {db}.samples "
+              f"WHERE {key}")[0][0]
+    page = f"ORDER BY {ORDERS[query.order]} LIMIT {int(query.limit)} OFFSET {int(query.offset)}"
+    if query.order in IN_KEY_ORDER and query.offset <= ONE_PASS_OFFSET:
+        # in key order ClickHouse reads the first matching granules and stops: the page's texts
+        # come in the same pass (the two-pass read below: ~40 ms at 10M samples, this ~21 ms)
+        arrays = _ARRAYS if query.include_token_arrays else "NULL, NULL, NULL, NULL"
+        found = [_sample(r) for r in q(f"SELECT {_NARROW}, {arrays} FROM {db}.samples "
+                                       f"WHERE {where} {page}")]
+    else:  # sorted by reward, or deep: the keys from the narrow columns, then only their texts
+        keys = q(f"SELECT step, sample_id FROM {db}.samples WHERE {where} {page}")
+        found = samples_by_key(q, db, run_id, [(int(s), int(i)) for s, i in keys],
+                               query.include_token_arrays)
     return SamplePage(items=tuple(f[0] for f in found), total=int(total), offset=query.offset,
                       limit=query.limit, has_token_arrays=tuple(f[1] for f in found))
 
@@ -297,10 +310,15 @@ def _validate(q: SampleQuery) -> None:
                           details={"key": "offset", "value": q.offset})
 
 
-def _filters(run_id: str, q: SampleQuery) -> str:
-    clauses = [f"run_id = {lit(run_id)}"]
-    simple = (("step >= {}", q.step_min), ("step <= {}", q.step_max),
-              ("category = {}", q.category), ("reward >= {}", q.reward_min),
+def _filters(run_id: str, q: SampleQuery, *, key_only: bool | None = None) -> str:
+    """The query's conditions joined by AND: all of them, or (``key_only``) those on the ordering
+    key's run and steps only, or (``key_only=False``) the others only ("" when there are none)."""
+    key = [f"run_id = {lit(run_id)}"] + [clause.format(lit(value)) for clause, value in (
+        ("step >= {}", q.step_min), ("step <= {}", q.step_max)) if value is not None]
+    if key_only:
+        return " AND ".join(key)
+    clauses = [] if key_only is False else key
+    simple = (("category = {}", q.category), ("reward >= {}", q.reward_min),
               ("reward <= {}", q.reward_max), ("prompt_id = {}", q.prompt_id))
     clauses += [clause.format(lit(value)) for clause, value in simple if value is not None]
     if q.has_token_arrays is not None:
