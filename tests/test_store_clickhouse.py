@@ -533,7 +533,7 @@ def test_a_version_4_database_gets_uncompressed_sample_numbers_and_keeps_its_sam
         t.close()
     store = open_store(f"chdb:///{path}")
     try:
-        assert store.schema_version == ch_schema.SCHEMA_VERSION == 5
+        assert store.schema_version == ch_schema.SCHEMA_VERSION == 6
         store.close()
         store = open_store(f"chdb:///{path}")  # reopening applies nothing twice
         writer = store.writer()
@@ -547,6 +547,6 @@ def test_a_version_4_database_gets_uncompressed_sample_numbers_and_keeps_its_sam
                                      "database = 'rlcockpit' AND name = 'samples'")[0][0]
         assert "`reward` Float64 CODEC(NONE)" in ddl and "`kl_max` Nullable(Float64) CODEC(NONE)" in ddl
         assert [r[0] for r in store._transport.query(
-            "SELECT version FROM rlcockpit.schema_version ORDER BY version")] == [1, 2, 3, 4, 5]
+            "SELECT version FROM rlcockpit.schema_version ORDER BY version")] == [1, 2, 3, 4, 5, 6]
     finally:
         store.close()

@@ -859,3 +859,52 @@ def test_pages_in_any_order_tile_the_filtered_samples_also_past_a_thousand(store
     assert page.total == every.total == len(every.items) > 1_000
     assert seen == [(s.step, s.sample_id, s.prompt, s.reward) for s in every.items][:1_300]
     assert all(p == f"p{4 * st + sid}" for st, sid, p, _ in seen)
+
+
+# --------------------------------------------------------------------------- run leases
+
+
+def test_a_live_lease_refuses_a_second_holder_and_names_the_first(store):
+    from rlcockpit.errors import RunLeasedError
+    from rlcockpit.store.lease import LeaseHolder
+
+    writer, reader, leases = store.writer(), store.reader(), store.leases()
+    writer.create_run(RunInfo(run_id="leased", project="p", name="n"))
+    first = LeaseHolder(kind="trainer", host="h1", pid=1234, token="t1")
+    taken = leases.acquire("leased", first, stale_after_s=30)
+    assert (taken.reason, taken.previous) == ("new", None)
+    assert reader.get_lease("leased").holder == first
+    with pytest.raises(RunLeasedError, match=r"run leased is being written by trainer pid 1234 on "
+                                             r"host h1 since .*lease renewed \d+ s ago.*--force"):
+        leases.acquire("leased", LeaseHolder("sdk", "h2", 99, "t2"), stale_after_s=30)
+    assert leases.renew("leased", "t1", stale_after_s=30)
+    assert not leases.renew("leased", "t2", stale_after_s=30)
+    assert leases.holds("leased", "t1") and not leases.holds("leased", "t2")
+    with pytest.raises(NotFoundError):
+        leases.acquire("nope", first, stale_after_s=30)
+    leases.close()
+
+
+def test_a_stale_lease_is_taken_over_and_a_forced_takeover_fences_the_old_holder(store):
+    from rlcockpit.store.lease import LeaseHolder
+
+    writer, reader, leases = store.writer(), store.reader(), store.leases()
+    writer.create_run(RunInfo(run_id="leased", project="p", name="n"))
+    old = LeaseHolder("trainer", "h1", 1, "old")
+    leases.acquire("leased", old, stale_after_s=0.05)
+    time.sleep(0.1)
+    stale = leases.acquire("leased", LeaseHolder("sdk", "h2", 2, "mid"), stale_after_s=30)
+    assert (stale.reason, stale.previous.holder) == ("stale", old)
+    assert not leases.renew("leased", "old", stale_after_s=30)  # the dead holder's late renewal
+    forced = leases.acquire("leased", LeaseHolder("follower", "h3", 3, "new"), stale_after_s=30,
+                            force=True)
+    assert (forced.reason, forced.previous.holder.token) == ("forced", "mid")
+    assert not leases.finish("leased", "mid", "stopped", time.time())  # only the holder ends a run
+    assert reader.get_run("leased").status == "running"
+    assert not leases.release("leased", "mid")
+    assert leases.finish("leased", "new", "finished", 5.0)
+    assert (reader.get_run("leased").status, reader.get_run("leased").ended_at) == ("finished", 5.0)
+    assert reader.get_lease("leased") is None  # released with the final status
+    again = leases.acquire("leased", LeaseHolder("sdk", "h4", 4, "later"), stale_after_s=30)
+    assert (again.reason, again.previous) == ("new", None)
+    leases.close()

@@ -66,3 +66,11 @@ class QueryTimeoutError(RlcockpitError):
 
     code = "query_timeout"
     http_status = 504
+
+
+class RunLeasedError(RlcockpitError):
+    """Another live process holds the run's lease: it is writing the run (docs/store.md, "One
+    writer per run")."""
+
+    code = "run_leased"
+    http_status = 409

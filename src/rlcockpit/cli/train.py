@@ -79,6 +79,9 @@ def register(subparsers: Any) -> None:
                    help="continue a run from a checkpoint directory (or 'latest' under checkpoint.dir); the "
                         "same run id continues in the store")
     p.add_argument("--name", help="run name (overrides name)")
+    p.add_argument("--force", action="store_true",
+                   help="with --resume: take over the run's lease even while another process holds it "
+                        "(only for a holder you know is dead; the other process stops writing the run)")
     p.add_argument("--nproc", type=int, default=1, metavar="N",
                    help="data-parallel training on N processes of this machine: starts torchrun with a free "
                         "rendezvous port (several machines: run torchrun yourself, docs/distributed.md)")
@@ -119,6 +122,8 @@ def run_command(args: argparse.Namespace) -> int:
 
         resume_path = resolve_checkpoint(args.resume, cfg.checkpoint.dir)
         cfg = build_config(args, base=checkpoint_config(resume_path))
+        if not getattr(args, "force", False) and "WORLD_SIZE" not in os.environ:  # fail fast, before the models load
+            refuse_if_held_by_another(cfg, resume_path)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         return launch(args, cfg)
     from rlcockpit.cli._support.ops import close_all, wire_trainer
@@ -128,7 +133,7 @@ def run_command(args: argparse.Namespace) -> int:
     group = init_group(cfg.distributed)  # one process, or this rank of torchrun's group
     main_rank = group.is_main
     trainer = Trainer(cfg, resume_from=resume_path, control_store=control_store(cfg) if main_rank else None,
-                      group=group)
+                      group=group, take_over=getattr(args, "force", False))
     closers = wire_trainer(trainer, cfg) if main_rank else []  # Prometheus, Alertmanager, logs, traces
     try:
         if args.quiet or cfg.ops.log_format == "json" or not main_rank:  # JSON lines: no progress bar
@@ -149,8 +154,7 @@ def launch(args: argparse.Namespace, cfg: TrainConfig) -> int:
                         ("--name", args.name), ("--log-format", getattr(args, "log_format", None))):
         if value is not None:
             argv += [flag, str(value)]
-    if args.quiet:
-        argv.append("--quiet")
+    argv += [flag for flag, on in (("--quiet", args.quiet), ("--force", getattr(args, "force", False))) if on]
     return under_torchrun(args.nproc, cfg, argv)
 
 
@@ -167,6 +171,19 @@ def under_torchrun(nproc: int, cfg: TrainConfig, argv: list[str]) -> int:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "rlcockpit", *argv]
     return subprocess.call(cmd)
+
+
+def refuse_if_held_by_another(cfg: TrainConfig, resume_path: Path) -> None:
+    """``--resume`` of a run another live process writes: its lease names the holder (exit 2)."""
+    import json
+
+    from rlcockpit.telemetry.lease import refuse_if_held
+
+    try:
+        run_id = json.loads((resume_path / "meta.json").read_text(encoding="utf-8"))["run_id"]
+    except (OSError, ValueError, KeyError):  # an older checkpoint: the trainer's own init checks
+        return
+    refuse_if_held(cfg.telemetry.store, str(run_id))
 
 
 def control_store(cfg: TrainConfig) -> Any:

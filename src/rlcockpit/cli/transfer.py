@@ -92,6 +92,9 @@ def _register_import(subparsers: argparse._SubParsersAction) -> None:
                         "next to the store, <store>.follow/<hash of the paths>.json)")
     f.add_argument("--no-diagnostics", action="store_true",
                    help="with --follow: do not run the detectors on the followed steps")
+    f.add_argument("--force", action="store_true",
+                   help="with --follow: take over the run's lease even while another follower holds it "
+                        "(only for one you know is dead; the other stops following)")
     p.set_defaults(func=cmd_import)
 
 
@@ -179,7 +182,8 @@ def cmd_follow(args: argparse.Namespace) -> int:
                             diagnostics=not args.no_diagnostics)
     follower = start_follow(args.paths, store=args.store, fmt=args.fmt, source=args.source,
                             key_map=key_map_from_args(args), step_key=args.step_key, project=args.project,
-                            name=args.name, run_id=args.run_id, state_path=args.state, options=options)
+                            name=args.name, run_id=args.run_id, state_path=args.state, options=options,
+                            force=args.force)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"following {len(follower.roots)} path(s) into run {follower.run.run_id} "

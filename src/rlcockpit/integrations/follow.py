@@ -85,6 +85,9 @@ class Follower:
         """Poll until ``stop`` is set ("stopped") or idle for ``idle_exit_s`` ("finished")."""
         stop = stop or threading.Event()
         while not stop.is_set():
+            if self._lease_lost():  # another follower took the run over (--force): it follows now
+                log.error("follow: run %s is followed by another process now; stopping", self.run.run_id)
+                return "stopped"
             if self.poll() == 0:
                 idle = time.monotonic() - self.last_record_at
                 if self.options.idle_exit_s is not None and idle >= self.options.idle_exit_s:
@@ -214,7 +217,7 @@ class Follower:
         """Save the offsets once what they cover is written. Not while samples wait for their
         step (the offsets are past them), and a write timeout keeps the older state: re-reading
         after a restart rewrites the same records, it never duplicates them."""
-        if self._held:
+        if self._held or self._lease_lost():  # what was read is not written: keep the older state
             return
         if not self.run.flush(timeout=30.0):
             log.warning("follow: the store did not confirm the write within 30 s; state not advanced")
@@ -225,6 +228,11 @@ class Follower:
                  "files": self.file_states, "ignored": self.ignored, "numbering": self.numbering.state(),
                  "records": self.records, "bad": self.bad, "observed": self._observed, "saved_at": time.time()}
         save_state(self.state_path, state)
+
+
+    def _lease_lost(self) -> bool:
+        lease = getattr(self.run, "lease", None)
+        return lease is not None and lease.lost
 
 
 def _has_line(path: Path) -> bool:
@@ -285,13 +293,14 @@ def start_follow(paths: Sequence[str | Path], *, store: str, fmt: str | None = N
                  key_map: Mapping[str, str] | None = None, step_key: str | None = None,
                  project: str = "imported", name: str | None = None, run_id: str | None = None,
                  state_path: str | Path | None = None, options: FollowOptions | None = None,
-                 diagnostics: Any = None) -> Follower:
+                 diagnostics: Any = None, force: bool = False) -> Follower:
     """Check the paths, open (or resume) the run, warm up the engine; fail fast with the fix.
-    ``diagnostics``: a DiagnosticsConfig (default: the defaults) when ``options.diagnostics``."""
+    ``diagnostics``: a DiagnosticsConfig (default: the defaults) when ``options.diagnostics``.
+    A run another live follower writes is refused (RunLeasedError) unless ``force``."""
     from rlcockpit.integrations.aliases import SOURCES
     from rlcockpit.integrations.keymap import check_key_map
     from rlcockpit.store import open_store
-    from rlcockpit.telemetry import init
+    from rlcockpit.telemetry import LeaseOptions, init
 
     options = options or FollowOptions()
     if fmt is not None and fmt not in FORMATS:
@@ -309,13 +318,14 @@ def start_follow(paths: Sequence[str | Path], *, store: str, fmt: str | None = N
     state = load_state(state_file)
     naming = Naming(source=source, key_map=check_key_map(key_map or {}), step_key=step_key)
     if state is not None:
-        run = init(project=project, store=opened, run_id=state["run_id"], resume=True)
+        run = init(project=project, store=opened, run_id=state["run_id"], resume=True,
+                   lease=LeaseOptions(kind="follower"), force=force)
         print(f"following again into run {run.run_id} (state {state_file})", flush=True)
     else:
         run = init(project=project, name=name or roots[0].name, store=opened, run_id=run_id or new_run_id(),
                    config={"follow": {"paths": [str(r) for r in roots], "format": fmt, "source": source,
                                       "key_map": dict(naming.key_map), "step_key": step_key,
-                                      "state": str(state_file)}})
+                                      "state": str(state_file)}}, lease=LeaseOptions(kind="follower"))
         state = {"run_id": run.run_id}
         save_state(state_file, {"version": STATE_VERSION, **state})
     engine, observed = _engine(opened, run.run_id, options, diagnostics)

@@ -105,14 +105,14 @@ class RlcockpitCallback(TrainerCallback):
         from rlcockpit.control import ControlConfig
         from rlcockpit.integrations.loop_control import attach
         from rlcockpit.store import open_store
-        from rlcockpit.telemetry import init
+        from rlcockpit.telemetry import LeaseOptions, init
 
         trainer = self.trainer
         algo, self.source = algorithm_of(trainer) if trainer is not None else ("Trainer", "trl-grpo")
         opened = open_store(self.store)
         self.run = init(project=self.project, name=self.name or f"{algo}-{args.run_name or 'trl'}", store=opened,
                         run_id=self.run_id, resume=self.resume, config=_config_of(args, algo),
-                        token_arrays=self.token_arrays)
+                        token_arrays=self.token_arrays, lease=LeaseOptions(kind="trl"))
         if self.control_cfg:
             cfg = self.control_cfg if isinstance(self.control_cfg, ControlConfig) else ControlConfig()
             if trainer is None:  # callbacks=[...]: what the Trainer hands its callbacks is enough for the lr

@@ -7,6 +7,7 @@ from typing import Any
 from rlcockpit.records import RunInfo, SampleRecord, to_dict
 from rlcockpit.server.responses import finite, json_safe
 from rlcockpit.store.base import Series
+from rlcockpit.store.lease import RunLease
 
 RUN_LIST_FIELDS = ("run_id", "project", "name", "status", "started_at", "ended_at", "last_step",
                    "heartbeat_at")
@@ -17,6 +18,12 @@ def run_item(run: RunInfo, *, config: bool = False) -> dict[str, Any]:
     """A run in the runs list (the config only when asked: it can be large)."""
     fields = (*RUN_LIST_FIELDS, "config") if config else RUN_LIST_FIELDS
     return json_safe({k: getattr(run, k) for k in fields})
+
+
+def lease_item(lease: RunLease | None) -> dict[str, Any] | None:
+    """Who writes the run (kind, host, pid, taken / renewed / expiry times, age, live), never its
+    token; None when nobody holds the run's lease."""
+    return json_safe(lease.public()) if lease is not None else None
 
 
 def series_dict(series: Series) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rlcockpit.records import (
     AuditEntry,
@@ -23,6 +23,9 @@ from rlcockpit.records import (
     TicketRecord,
     UserRecord,
 )
+
+if TYPE_CHECKING:
+    from rlcockpit.store.lease import RunLease
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,9 @@ class RunReader(Protocol):
         """Raises NotFoundError for an unknown run."""
 
     def summary(self, run_id: str) -> RunSummary: ...
+
+    def get_lease(self, run_id: str) -> RunLease | None:
+        """Who writes the run now: its lease (store/lease.py), None when nobody holds it."""
 
     def metric_names(self, run_id: str) -> list[str]: ...
 

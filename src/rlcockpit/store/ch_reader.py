@@ -23,11 +23,12 @@ from rlcockpit.records import (
     SampleRecord,
     SnapshotRecord,
 )
-from rlcockpit.store import ch_samples
+from rlcockpit.store import ch_lease, ch_samples
 from rlcockpit.store import sqlite_rows as rows
 from rlcockpit.store.base import RunSummary, SampleHistogram, SamplePage, SampleQuery, Series
 from rlcockpit.store.ch_samples import _tuple
 from rlcockpit.store.ch_transport import Transport, lit
+from rlcockpit.store.lease import RunLease
 
 _BIG = 2**62
 DROPPED_METRIC = "telemetry/dropped_total"
@@ -95,6 +96,11 @@ class ClickHouseReader:
         return RunInfo(run_id=run_id, project=project, name=name, status=status or "running",
                        started_at=started, ended_at=ended, config=json.loads(config),
                        last_step=last_step, heartbeat_at=heartbeat)
+
+    def get_lease(self, run_id: str) -> RunLease | None:
+        """Who writes the run now (None: nobody holds its lease); store/ch_lease.py."""
+        self._check_run(run_id)
+        return ch_lease.lease_from_rows(run_id, self._q(ch_lease.current_sql(self._db, run_id)))[0]
 
     def metric_names(self, run_id: str) -> list[str]:
         return self._names(run_id, "metric")

@@ -131,8 +131,17 @@ V5_SAMPLE_NUMBER_CODECS = tuple(
                          ("value", "Nullable(Float64)"), ("kl_sum", "Nullable(Float64)"),
                          ("kl_max", "Nullable(Float64)"), ("uncertainty", "Nullable(Float64)")))
 
+# who writes each run (store/ch_lease.py): a row per taking of a lease and per renewal or release
+# of it; the newest taking's newest row is the lease (argMax by (taken_ns, written_ns))
+V6_RUN_LEASES = (
+    "CREATE TABLE IF NOT EXISTS {db}.run_leases (run_id String, taken_ns UInt64, written_ns UInt64, "
+    "token String, kind LowCardinality(String), host String, pid Int64, taken_at Float64, "
+    "renewed_at Float64, expires_at Float64, released UInt8) "
+    "ENGINE = ReplacingMergeTree(written_ns) ORDER BY (run_id, taken_ns)",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (V1_CORE, V2_SAMPLE_INDICES, V3_METRIC_ROLLUPS,
-                                           V4_LAYOUTS, V5_SAMPLE_NUMBER_CODECS)
+                                           V4_LAYOUTS, V5_SAMPLE_NUMBER_CODECS, V6_RUN_LEASES)
 SCHEMA_VERSION = len(MIGRATIONS)
 TOKEN_ARRAY_COLUMNS = ("tokens", "logprobs", "ref_logprobs", "token_kl")
 

@@ -66,6 +66,15 @@ class ClickHouseStore:
         return ClickHouseReader(self._transport.share(), stale_after_s=self.stale_after_s,
                                 close_transport=True)
 
+    def leases(self):
+        """The runs' leases: which process writes each run (store/ch_lease.py; best effort)."""
+        from rlcockpit.store.ch_lease import ClickHouseLeases
+
+        if self.read_only:
+            raise StoreError(f"{self._shown} was opened read-only; cannot take run leases",
+                             details={"uri": self._shown})
+        return ClickHouseLeases(self._transport.share(), close_transport=True)
+
     def layouts(self):
         """Saved dashboard layouts, one per project (store/layouts.py)."""
         from rlcockpit.store.layouts import ClickHouseLayouts

@@ -203,8 +203,20 @@ def _v6_layouts(conn: sqlite3.Connection) -> None:
     """)
 
 
+def _v7_run_leases(conn: sqlite3.Connection) -> None:
+    """Who writes each run: its lease (holder kind, host, pid and token, when taken, when renewed,
+    when it expires); one row per leased run, deleted when released (store/sqlite_lease.py)."""
+    _run_script(conn, """
+    CREATE TABLE run_leases (
+        run_key INTEGER PRIMARY KEY, token TEXT NOT NULL, kind TEXT NOT NULL, host TEXT NOT NULL,
+        pid INTEGER NOT NULL, taken_at REAL NOT NULL, renewed_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    )
+    """)
+
+
 MIGRATIONS: tuple[Migration, ...] = (_v1_core, _v2_query_indices, _v3_metric_rollups,
-                                     _v4_incidents, _v5_control, _v6_layouts)
+                                     _v4_incidents, _v5_control, _v6_layouts, _v7_run_leases)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -81,6 +81,13 @@ class SqliteStore:
 
         return SqliteControlStore(self._connect, signal=self.path.with_name(self.path.name + "-tickets"))
 
+    def leases(self):
+        """The runs' leases: which process writes each run (store/sqlite_lease.py)."""
+        from rlcockpit.store.sqlite_lease import SqliteLeases
+
+        self._refuse_if_read_only("take run leases")
+        return SqliteLeases(self._connect)
+
     def layouts(self):
         """Saved dashboard layouts, one per project (store/layouts.py)."""
         from rlcockpit.store.layouts import SqliteLayouts

@@ -26,7 +26,9 @@ from rlcockpit.store import codec
 from rlcockpit.store import sqlite_rows as rows
 from rlcockpit.store.base import RunSummary, SampleHistogram, SamplePage, SampleQuery, Series
 from rlcockpit.store.downsample import series_rows
+from rlcockpit.store.lease import RunLease
 from rlcockpit.store.sqlite_conns import ThreadConnections
+from rlcockpit.store.sqlite_lease import read_lease
 from rlcockpit.store.sqlite_samples import sample_histogram_query, sample_page_query
 
 _RUN_COLUMNS = ("run_id, project, name, status, started_at, ended_at, config, last_step, "
@@ -67,6 +69,11 @@ class SqliteReader:
         if not found:
             raise rows.run_not_found(run_id)
         return self._run_info(found[0])
+
+    def get_lease(self, run_id: str) -> RunLease | None:
+        """Who writes the run now (None: nobody holds its lease); store/sqlite_lease.py."""
+        key = self._run_key(run_id)
+        return self._guard(lambda: read_lease(self._conn(), key, run_id))
 
     def metric_names(self, run_id: str) -> list[str]:
         return self._names(run_id, "metric")

@@ -6,7 +6,7 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from rlcockpit.errors import NotFoundError, StoreError
 from rlcockpit.records import RUN_STATUSES, Batch, RunInfo
@@ -15,6 +15,8 @@ from rlcockpit.store import sqlite_rows as rows
 
 # SQLite result codes worth a retry: the lock was held longer than busy_timeout.
 _TRANSIENT = ("locked", "busy")
+_UNAVAILABLE = (sqlite3.OperationalError, sqlite3.DatabaseError, sqlite3.InternalError)
+QUICK_CHECK_MAX_BYTES = 256 * 1024 * 1024  # a resumed store up to this size gets a quick_check
 
 
 class SqliteWriter:
@@ -30,6 +32,9 @@ class SqliteWriter:
         self._run_keys: dict[str, int] = {}
         self._name_ids: dict[str, int] = {}
         self._run_names: set[tuple[int, str, int]] = set()
+        # the run's lease (store/sqlite_lease.py) sets this: called inside each write_batch
+        # transaction before anything is written; what it raises rolls the batch back
+        self.fence: Callable[[sqlite3.Connection, int], None] | None = None
 
     # ------------------------------------------------------------------ runs
 
@@ -71,6 +76,8 @@ class SqliteWriter:
         new_names: dict[str, int] = {}
         new_run_names: set[tuple[int, str, int]] = set()
         with self._transaction("write batch"):
+            if self.fence is not None:
+                self.fence(self._conn, run_key)
             self._write_all(run_key, batch, new_names, new_run_names)
         # caches change only after the commit, so a rolled-back batch leaves no stale ids
         self._name_ids.update(new_names)
@@ -108,6 +115,51 @@ class SqliteWriter:
                 raise
         except sqlite3.Error as exc:
             raise _store_error(action, exc) from exc
+
+    def check_writable(self, run_id: str) -> None:
+        """Setup check before a run is resumed: the store must take the run's writes. A write
+        transaction puts a row where the run's next rows go (metrics, steps, events), reading the
+        run's newest rows on the way, and is rolled back; a store up to QUICK_CHECK_MAX_BYTES also
+        gets SQLite's ``quick_check``. StoreError with the fix when it fails (a full disk, a
+        damaged file): resuming would train with every write refused."""
+        key = self._run_key(run_id)
+        try:
+            size = self._conn.execute("PRAGMA page_count").fetchone()[0] * \
+                self._conn.execute("PRAGMA page_size").fetchone()[0]
+            if size <= QUICK_CHECK_MAX_BYTES:
+                found = self._conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+                if found != "ok":
+                    raise sqlite3.DatabaseError(f"quick_check: {found}")
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._probe_rows(key)
+            finally:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"cannot resume run {run_id!r}: its store refuses writes ({' '.join(str(exc).split())}); every step "
+                "would be lost. Free disk space, or restore the store from a backup (readable "
+                "runs can be copied out with `rlcockpit store copy`)",
+                details={"run_id": run_id, "sqlite_error": type(exc).__name__}) from exc
+
+    def _probe_rows(self, key: int) -> None:
+        last = self._conn.execute("SELECT MAX(step) FROM steps WHERE run_key = ?", (key,)
+                                  ).fetchone()[0]
+        step = (last or 0) + 1
+        names = [r[0] for r in self._conn.execute(
+            "SELECT name_id FROM run_names WHERE run_key = ? AND kind = 'metric'", (key,))]
+        for name_id in names:  # the newest row of each curve: the leaf its next row goes to
+            self._conn.execute("SELECT value FROM metrics WHERE run_key = ? AND name_id = ? "
+                               "ORDER BY step DESC LIMIT 1", (key, name_id)).fetchall()
+            self._conn.execute("INSERT OR REPLACE INTO metrics (run_key, name_id, step, value, "
+                               "wall_time) VALUES (?, ?, ?, 0.0, 0.0)", (key, name_id, step))
+        self._conn.execute("SELECT COUNT(*) FROM samples WHERE run_key = ? AND step >= ?",
+                           (key, step - 1)).fetchall()
+        self._conn.execute("INSERT OR IGNORE INTO steps (run_key, step, wall_time) "
+                           "VALUES (?, ?, 0.0)", (key, step))
+        self._conn.execute("INSERT INTO events (run_key, step, kind, payload, wall_time) "
+                           "VALUES (?, ?, 'probe', '{}', 0.0)", (key, step))
 
     def close(self) -> None:
         self._conn.close()
@@ -289,5 +341,10 @@ def _check_status(status: str) -> None:
 
 def _store_error(action: str, exc: sqlite3.Error) -> StoreError:
     transient = any(word in str(exc).lower() for word in _TRANSIENT)
+    # the file cannot be written now (full disk, I/O error, corruption, a lock held too long), as
+    # opposed to a value it refuses (IntegrityError, DataError...): the telemetry spools the
+    # former and splits the batch on the latter (docs/telemetry.md)
+    unavailable = type(exc) in _UNAVAILABLE
     return StoreError(f"sqlite store could not {action}: {exc}",
-                      details={"transient": transient, "sqlite_error": type(exc).__name__})
+                      details={"transient": transient, "sqlite_error": type(exc).__name__,
+                               "unavailable": unavailable})

@@ -12,6 +12,7 @@ counted (``run.dropped_total``, the metric ``telemetry/dropped_total`` and the e
 ``telemetry_dropped``). See docs/telemetry.md.
 """
 
+from rlcockpit.telemetry.lease import LeaseOptions
 from rlcockpit.telemetry.policy import TokenArrayPolicy, WriterOptions
 from rlcockpit.telemetry.run import DEFAULT_STORE, Run, init, new_run_id
 from rlcockpit.telemetry.writer import DROPPED_EVENT, DROPPED_METRIC
@@ -20,6 +21,7 @@ __all__ = [
     "DEFAULT_STORE",
     "DROPPED_EVENT",
     "DROPPED_METRIC",
+    "LeaseOptions",
     "Run",
     "TokenArrayPolicy",
     "WriterOptions",

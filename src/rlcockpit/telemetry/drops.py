@@ -8,7 +8,7 @@ import time
 
 logger = logging.getLogger("rlcockpit.telemetry")
 
-DROP_REASONS = ("queue_full", "write_error", "invalid", "closed")
+DROP_REASONS = ("queue_full", "write_error", "invalid", "closed", "lease_lost")
 
 
 class DropCounter:
@@ -29,12 +29,15 @@ class DropCounter:
     def total(self) -> int:
         return self._total
 
-    def add(self, kind: str, n: int, reason: str, detail: str = "") -> None:
+    def add(self, kind: str, n: int, reason: str, detail: str = "", *, quiet: bool = False) -> None:
+        """Count ``n`` dropped records; ``quiet``: the caller said why once already (lease_lost)."""
         with self._lock:
             key = (kind, reason)
             self._counts[key] = self._counts.get(key, 0) + n
             self._total += n
             total = self._total
+        if quiet:
+            return
         self.warn(reason, f"rlcockpit telemetry dropped {n} {kind} record(s) ({reason}"
                           f"{': ' + detail if detail else ''}); {total} dropped so far in this run")
 

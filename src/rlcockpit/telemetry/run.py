@@ -19,6 +19,7 @@ from typing import Any
 from rlcockpit.errors import ConfigError, NotFoundError
 from rlcockpit.records import Batch, EventRecord, RunInfo, SampleRecord
 from rlcockpit.telemetry.drops import DropCounter
+from rlcockpit.telemetry.lease import Lease, LeasedWriter, LeaseOptions, take_lease
 from rlcockpit.telemetry.policy import TokenArrayPolicy, WriterOptions
 from rlcockpit.telemetry.writer import BackgroundWriter, ItemQueue
 
@@ -30,13 +31,17 @@ class Run:
     :meth:`close` (also called at interpreter exit)."""
 
     def __init__(self, info: RunInfo, *, store_uri: str, store_writer: Any,
-                 options: WriterOptions, token_arrays: TokenArrayPolicy) -> None:
+                 options: WriterOptions, token_arrays: TokenArrayPolicy,
+                 lease: Lease | None = None) -> None:
         self.run_id = info.run_id
         self.info = info
         self.store_uri = store_uri
         self.options = options
         self.token_arrays = token_arrays
         self._drops = DropCounter(options.warn_interval_s)
+        self.lease = lease  # this process's lease on the run (telemetry/lease.py): one writer per run
+        if lease is not None:
+            store_writer = LeasedWriter(store_writer, lease, self._drops)
         self._items = ItemQueue(maxsize=options.queue_size)
         self._closed = self._closing = False
         self._control: Any = None  # the loop's control link: rlcockpit.init(live_params=..., control=...)
@@ -168,6 +173,8 @@ class Run:
             raise ConfigError("this run takes no tickets: start it with rlcockpit.init(..., live_params="
                               "{'lr': (1e-3, 1e-5, 1e-1)}) or rlcockpit.init(..., control=True) for commands "
                               "only", details={"key": "live_params"})
+        if self.lease is not None and self.lease.lost:  # another process writes the run now
+            return iter(())
         return self._control.pending(step)
 
     @property
@@ -245,6 +252,8 @@ class Run:
         """A stop the loop obeyed ends the run as ``stopped``; what the control link still holds is
         settled (effects measured, unreachable tickets failed) while the writer still runs."""
         control, self._control = self._control, None
+        if self.lease is not None and self.lease.lost:  # the run's tickets are the new holder's
+            return status
         if status == "finished" and control.stop_requested:
             status = "stopped"
         try:
@@ -347,12 +356,14 @@ def init(project: str = "default", name: str | None = None, store: Any = DEFAULT
          config: Mapping[str, Any] | None = None, run_id: str | None = None,
          resume: bool = False, token_arrays: TokenArrayPolicy | None = None,
          queue_size: int = 4096, flush_every: int = 2000, flush_interval_s: float = 1.0,
-         **options: Any) -> Run:
+         force: bool = False, lease: LeaseOptions | None = None, **options: Any) -> Run:
     """Start (or, with ``resume=True`` and ``run_id``, continue) a run and its writer thread.
 
     ``store`` is a URI, a path, or a store already opened with ``open_store``.
     Raises at once — before training starts — for a bad store URI, an unwritable path, a corrupt
-    store, an unknown run to resume, an existing run id without ``resume``, or bad options.
+    store, an unknown run to resume, an existing run id without ``resume``, or bad options; and
+    (``RunLeasedError``, naming the holder) for a run another live process writes: the run's lease
+    (``lease``: LeaseOptions) is taken here, a stale one taken over, ``force=True`` takes a live one.
     Further ``WriterOptions`` (heartbeat_interval_s, write_retries, retry_backoff_s,
     close_timeout_s, warn_interval_s) may be passed as keywords.
     """
@@ -369,21 +380,24 @@ def init(project: str = "default", name: str | None = None, store: Any = DEFAULT
     if not isinstance(policy, TokenArrayPolicy):
         raise ConfigError(f"token_arrays must be a TokenArrayPolicy, got {policy!r}",
                           details={"key": "token_arrays"})
+    lease_options = lease if lease is not None else LeaseOptions()
+    lease_options.check_cadence(opts.heartbeat_interval_s)
     opened = store if hasattr(store, "writer") else open_store(store)
     writer = opened.writer()
     try:
-        info = _start_or_resume(opened, writer, project, name, config, run_id, resume)
+        info, held = _start_or_resume(opened, writer, project, name, config, run_id, resume,
+                                      lease_options, force)
     except BaseException:
         writer.close()
         raise
     _uncaught.install()
     return Run(info, store_uri=opened.uri, store_writer=writer, options=opts,
-               token_arrays=policy)
+               token_arrays=policy, lease=held)
 
 
 def _start_or_resume(opened, writer, project: str, name: str | None,
                      config: Mapping[str, Any] | None, run_id: str | None,
-                     resume: bool) -> RunInfo:
+                     resume: bool, lease: LeaseOptions, force: bool) -> tuple[RunInfo, Lease | None]:
     if resume:
         if not run_id:
             raise ConfigError("resume=True needs the run_id of the run to continue",
@@ -397,19 +411,33 @@ def _start_or_resume(opened, writer, project: str, name: str | None,
                                 details={"run_id": run_id}) from None
         finally:
             reader.close()
-        writer.set_run_status(run_id, "running")
-        writer.write_batch(run_id, _resume_batch(info, config))
-        return info
+        held = _lease(opened, run_id, lease, force)  # before anything of the run is written
+        try:
+            writer.set_run_status(run_id, "running")
+            writer.write_batch(run_id, _resume_batch(info, config, held))
+        except BaseException:
+            if held is not None:
+                held.leases.release(run_id, held.token)
+                held.leases.close()
+            raise
+        return info, held
     run_id = run_id or new_run_id()
     info = RunInfo(run_id=run_id, project=str(project), name=str(name or run_id),
                    status="running", started_at=time.time(), config=dict(config or {}))
     writer.create_run(info)
-    return info
+    return info, _lease(opened, run_id, lease, force)
 
 
-def _resume_batch(info: RunInfo, config: Mapping[str, Any] | None) -> Batch:
+def _lease(opened, run_id: str, options: LeaseOptions, force: bool) -> Lease | None:
+    """The run's lease (None for a store object without leases, e.g. a test double)."""
+    return take_lease(opened, run_id, options, force=force) if hasattr(opened, "leases") else None
+
+
+def _resume_batch(info: RunInfo, config: Mapping[str, Any] | None, lease: Lease | None) -> Batch:
     payload: dict[str, Any] = {"previous_status": info.status, "last_step": info.last_step}
     if config is not None:
         payload["config"] = dict(config)
-    return Batch(events=(EventRecord(step=info.last_step or 0, kind="run_resumed",
-                                     payload=payload, wall_time=time.time()),))
+    events = [EventRecord(step=info.last_step or 0, kind="run_resumed", payload=payload,
+                          wall_time=time.time())]
+    takeover = lease.takeover_event(info.last_step or 0) if lease is not None else None
+    return Batch(events=tuple(events + ([takeover] if takeover is not None else [])))

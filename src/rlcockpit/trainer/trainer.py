@@ -79,7 +79,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, *, resume_from: str | Path | None = None,
                  observers: Sequence[StepObserver] = (), control_store: Any = None,
-                 group: Group | None = None) -> None:
+                 group: Group | None = None, take_over: bool = False) -> None:
         self.cfg = config
         self.group = group or Group.single()  # data parallel: this rank of the run's process group
         self.live = LiveControl(LiveParams.from_config(config))
@@ -87,6 +87,7 @@ class Trainer:
         self.step_hooks: list[StepHook] = []
         self.phase_listeners: list[PhaseListener] = []
         self.resume_from = Path(resume_from) if resume_from else None
+        self.take_over = take_over  # take the run's lease even from a live holder (train --force)
         self.telemetry: Any = None
         self.diagnosis = Diagnosis(config.diagnostics)
         # tickets and commands from the store's control plane (docs/control.md); None = not controlled
@@ -427,7 +428,8 @@ class Trainer:
         finally:
             self.clock.close()
             self.diagnosis.close()
-            if self.control is not None:
+            lease = getattr(self.telemetry, "lease", None)
+            if self.control is not None and not (lease is not None and lease.lost):  # else: the new holder's tickets
                 self.control.close(status, self.step)
             if self.telemetry is not None:
                 self.telemetry.close(status=status)
@@ -484,7 +486,7 @@ class Trainer:
 
     def _open_run(self, run_id: str | None) -> Any:
         # telemetry.init, not rlcockpit.init: the facade reaches the integrations (layering)
-        from rlcockpit.telemetry import TokenArrayPolicy, init, new_run_id
+        from rlcockpit.telemetry import LeaseOptions, TokenArrayPolicy, init, new_run_id
 
         t = self.cfg.telemetry
         policy = TokenArrayPolicy(recent_steps=t.token_arrays_recent_steps,
@@ -493,7 +495,8 @@ class Trainer:
         run_id = run_id or new_run_id()
         name = self.cfg.name or f"{self.cfg.algo}-{run_id}"
         return init(project=self.cfg.project, name=name, store=t.store, config=to_dict(self.cfg),
-                    run_id=run_id, resume=resume, token_arrays=policy)
+                    run_id=run_id, resume=resume, token_arrays=policy,
+                    lease=LeaseOptions(kind="trainer"), force=self.take_over)
 
     def _step_metrics(self, state: StepState) -> dict[str, float]:
         live = self.live.params

@@ -13,7 +13,7 @@ from rlcockpit.server.errors import ParameterError
 from rlcockpit.server.query import I64_MAX, I64_MIN, check_cap, check_range, csv, expand_names
 from rlcockpit.server.responses import SafeJSONResponse, json_response
 from rlcockpit.server.routes.base import read_router
-from rlcockpit.server.serialize import run_item, series_dict
+from rlcockpit.server.serialize import lease_item, run_item, series_dict
 
 router = read_router("/api", "runs")
 
@@ -36,7 +36,8 @@ def list_runs(reader: Runs,
 
 
 @router.get("/runs/{run}", summary="One run: info and config, step range, metric and histogram "
-                                   "names, sample count, findings by severity, dropped records")
+                                   "names, sample count, findings by severity, dropped records, "
+                                   "the process writing it (its lease)")
 def run_summary(run: str, reader: Runs) -> SafeJSONResponse:
     s = reader.summary(run)
     return json_response({
@@ -44,7 +45,7 @@ def run_summary(run: str, reader: Runs) -> SafeJSONResponse:
         "last_step": s.last_step, "metric_names": list(s.metric_names),
         "histogram_names": reader.histogram_names(run), "samples": s.samples,
         "findings_by_severity": s.findings_by_severity, "dropped_total": s.dropped_total,
-        "metric_units": metric_units(s.metric_names)})
+        "metric_units": metric_units(s.metric_names), "lease": lease_item(reader.get_lease(run))})
 
 
 def metric_units(names) -> dict[str, str]:
