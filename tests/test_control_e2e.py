@@ -43,8 +43,8 @@ class Cockpit:
     def train(self, *overrides: str, resume: str | None = None) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "rlcockpit", "train", "--quiet", "--store", self.uri,
                f"checkpoint.dir={self.tmp / 'ckpt'}", *TRAIN, *overrides]
-        if resume:
-            cmd += ["--resume", resume]
+        if resume:  # after a SIGKILL: the dead trainer's lease is live until stale, --force takes it
+            cmd += ["--resume", resume, "--force"]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -124,8 +124,12 @@ def test_the_cli_follows_a_writer_through_a_kill_and_a_restart(tmp_path):
             assert writer.poll() is None  # live: the writer is still writing
             follower.send_signal(signal.SIGKILL)
             follower.wait(10)
-            time.sleep(0.5)  # the writer goes on meanwhile
-            follower = subprocess.Popen(follow, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            # the killed follower's lease is live until stale: a plain restart is refused, naming it ...
+            refused = subprocess.run(follow, env=ENV, capture_output=True, text=True, timeout=60)
+            assert refused.returncode == 2 and f"written by follower pid {follower.pid}" in refused.stderr
+            # ... and --force takes over a lease we know is dead
+            follower = subprocess.Popen([*follow, "--force"], env=ENV, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
             assert writer.wait(60) == 0
             out, _ = follower.communicate(timeout=60)
             assert follower.returncode == 0, out
