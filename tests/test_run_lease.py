@@ -212,3 +212,31 @@ def test_the_server_and_rlcockpit_runs_show_who_writes_a_run(tmp_path):
         assert f"trainer {os.getpid()}@" in table
         run.close()
         assert client.get("/api/runs/shown").json()["lease"] is None
+
+
+def test_on_chdb_a_forced_takeover_stops_the_old_writer_within_a_lease_check(tmp_path):
+    pytest.importorskip("chdb", reason="the chdb backend needs: pip install 'rlcockpit[clickhouse]'")
+    from rlcockpit.telemetry.lease import CHECK_EVERY_S
+
+    store = open_store(f"chdb:///{tmp_path / 'ch'}")
+    try:
+        old = rlcockpit.init(project="p", store=store, run_id="ch", lease=LeaseOptions(kind="trainer"))
+        old.log(0, {"reward/mean": 0.0})
+        assert old.flush()
+        with pytest.raises(RunLeasedError, match=f"trainer pid {os.getpid()}"):
+            rlcockpit.init(store=store, run_id="ch", resume=True)
+        new = rlcockpit.init(store=store, run_id="ch", resume=True, force=True)
+        time.sleep(CHECK_EVERY_S + 0.1)  # ClickHouse has no fence: the old writer checks before writes
+        old.log(1, {"reward/mean": -1.0})
+        assert old.flush() and old.lease.lost and old.dropped == {"metrics": 1}
+        old.close()
+        reader = store.reader()
+        assert reader.get_run("ch").status == "running"
+        new.log(2, {"reward/mean": 2.0})
+        new.close()
+        assert reader.read_series("ch", ["reward/mean"])["reward/mean"].steps == (0, 2)
+        assert (reader.get_run("ch").status, reader.get_lease("ch")) == ("finished", None)
+        (event,) = reader.read_events("ch", kinds=["lease_taken_over"])
+        assert event.payload["reason"] == "forced" and event.payload["previous"]["kind"] == "trainer"
+    finally:
+        store.close()
