@@ -301,11 +301,13 @@ def test_back_pressure_drops_new_items_never_blocks_and_reports(db, caplog, tmp_
 
 
 def test_write_errors_after_setup_are_counted_not_raised(tmp_path, caplog):
+    """Without a spool (spool_max_mb=0) a write that still fails after the retries is dropped and
+    counted (write_error); the steps after it land."""
     caplog.set_level(logging.WARNING, logger="rlcockpit.telemetry")
     path = tmp_path / "locked.db"
     uri = f"sqlite:///{path}?busy_timeout_s=0.05"
     run = rlcockpit.init(store=uri, write_retries=1, retry_backoff_s=0.01,
-                         flush_interval_s=0.05, warn_interval_s=0.0)
+                         flush_interval_s=0.05, warn_interval_s=0.0, spool_max_mb=0)
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     for step in range(5):
@@ -325,6 +327,40 @@ def test_write_errors_after_setup_are_counted_not_raised(tmp_path, caplog):
     assert event.payload["by_reason"] == {"write_error": 10}
     assert reader.get_run(run.run_id).status == "finished"
     assert any("write_error" in r.getMessage() for r in caplog.records)
+
+
+def test_a_store_locked_past_every_retry_is_spooled_and_replayed_once(tmp_path, caplog):
+    """A lock held longer than every retry makes the store unavailable: the steps wait in the
+    spool beside the store (runs.db-spool/<run>.spool) and are written, in order and once, when
+    the lock is gone; nothing is dropped."""
+    caplog.set_level(logging.WARNING, logger="rlcockpit.telemetry")
+    path = tmp_path / "locked.db"
+    uri = f"sqlite:///{path}?busy_timeout_s=0.05"
+    run = rlcockpit.init(store=uri, write_retries=1, retry_backoff_s=0.01, flush_interval_s=0.05,
+                         warn_interval_s=0.0, spool_retry_s=0.05)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    for step in range(5):
+        run.log(step, {"a": float(step), "b": 0.0})
+        run.event(step, "note", {"step": step})
+        run.commit(step)
+    spool = tmp_path / "locked.db-spool" / f"{run.run_id}.spool"
+    assert wait_until(spool.is_file)
+    assert any("kept in the spool" in r.getMessage() for r in caplog.records)
+    blocker.execute("COMMIT")
+    blocker.close()
+    for step in range(5, 8):
+        run.log(step, {"a": float(step)})
+        run.commit(step)
+    run.close()
+    assert run.dropped_total == 0 and not spool.exists()
+    reader = reader_of(uri)
+    assert reader.read_series(run.run_id, ["a"])["a"].steps == tuple(range(8))
+    assert [e.step for e in reader.read_events(run.run_id, kinds=["note"])] == list(range(5))
+    (marker, *more) = reader.read_events(run.run_id, kinds=["telemetry_replayed"])
+    assert not more and marker.payload["steps"] == [0, 4]
+    assert reader.latest(run.run_id).get("telemetry/missing_steps", (0, 0.0))[1] == 0
+    assert reader.get_run(run.run_id).status == "finished"
 
 
 def test_bad_inputs_are_counted_as_invalid_not_raised(db):

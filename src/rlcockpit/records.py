@@ -244,6 +244,33 @@ def state_digest(record: Any) -> str:
 MAX_TEXT = 2000  # characters of one text kept in an audit entry or an error body
 MAX_ITEMS = 50  # list items or mapping keys kept
 INT64 = (-(2**63), 2**63 - 1)
+ECHO_CHARS = 200  # characters of a value a warning or an error message may show
+
+
+def echo(value: Any, limit: int = ECHO_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters and marked with its full length: what a warning
+    or an error may show of a value it refuses (a 10 MB string is never echoed whole)."""
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        return f"{value[:limit]!r}… ({len(value)} chars)"
+    if isinstance(value, int) and value.bit_length() > 256:  # repr refuses > 4300 digits anyway
+        return f"<an integer of {value.bit_length()} bits>"
+    try:
+        return cap(repr(value), limit)
+    except Exception as exc:  # a broken __repr__ must not hide the message it is part of
+        return f"<{type(value).__name__}: repr failed: {type(exc).__name__}>"
+
+
+def cap(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, marked with its full length."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
+
+
+def int64_problem(value: int) -> str | None:
+    """Why ``value`` cannot be stored as a 64-bit integer (every store's step and id columns),
+    or None when it can."""
+    if INT64[0] <= value <= INT64[1]:
+        return None
+    return f"{echo(value, 40)} does not fit in 64 bits"
 
 
 def bounded(v: Any, *, depth: int = 4) -> Any:

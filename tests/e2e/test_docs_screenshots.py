@@ -1,15 +1,21 @@
 """The screenshots of docs/ui.md (issue 16): every page of the cockpit in English and 中文, in the
-light and the dark theme, regenerated into docs/img/ by this test, and listed in docs/ui.md
-between the generated-screenshots markers (a drift check fails when that list is stale;
-``.venv/bin/python tests/e2e/test_docs_screenshots.py`` rewrites it).
+light and the dark theme, and listed in docs/ui.md between the generated-screenshots markers (a
+drift check fails when that list is stale; ``.venv/bin/python tests/e2e/test_docs_screenshots.py``
+rewrites it).
+
+The pictures go to the test's temporary directory: a test run never rewrites tracked files. With
+``RLCOCKPIT_UPDATE_SCREENSHOTS=1`` in the environment they are regenerated into docs/img/ instead::
+
+    RLCOCKPIT_UPDATE_SCREENSHOTS=1 .venv/bin/python -m pytest tests/e2e/test_docs_screenshots.py
 
 One browser context per language × theme (the language from the browser's locale, the theme from
-its ``prefers-color-scheme``), 1440 × 900, PNGs reduced to 256 colours. A new screenshot replaces
-the one in docs/img/ only when its size changed or more than ``CHANGED_SHARE`` of its pixels did,
+its ``prefers-color-scheme``), 1440 × 900, PNGs reduced to 256 colours. When regenerating, a new
+screenshot replaces the one in docs/img/ only when its size changed or more than ``CHANGED_SHARE`` of its pixels did,
 so the run ids, dates and durations that differ on every run do not churn the repository."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 IMG = ROOT / "docs" / "img"
+UPDATE_ENV = "RLCOCKPIT_UPDATE_SCREENSHOTS"  # "1": write the pictures into docs/img/ (tracked files)
 DOC = ROOT / "docs" / "ui.md"
 DOC_BEGIN = "<!-- BEGIN GENERATED SCREENSHOTS (tests/e2e/test_docs_screenshots.py) -->"
 DOC_END = "<!-- END GENERATED SCREENSHOTS -->"
@@ -189,8 +196,16 @@ def control_server(tmp_path_factory) -> Iterator[tuple[Any, Any]]:
     server.stop()
 
 
-def shoot_all(page: Any, url: str, runs: dict[str, str], lang: str, theme: str, shots=SHOTS) -> list[str]:
-    """Every page in one context; returns the images written (the others had not changed)."""
+def image_dir(tmp_path: Path) -> Path:
+    """docs/img/ when ``RLCOCKPIT_UPDATE_SCREENSHOTS=1`` asks for regeneration, else a temporary
+    directory (``make test`` must not rewrite tracked files)."""
+    return IMG if os.environ.get(UPDATE_ENV) == "1" else tmp_path / "img"
+
+
+def shoot_all(page: Any, url: str, runs: dict[str, str], lang: str, theme: str, shots=SHOTS,
+              out: Path = IMG) -> list[str]:
+    """Every page in one context, into ``out``; returns the images written (the others had not
+    changed)."""
     written = []
     for shot in shots:
         page.goto(f"{url}/{shot.route.format(**runs)}")
@@ -210,19 +225,21 @@ def shoot_all(page: Any, url: str, runs: dict[str, str], lang: str, theme: str, 
               return [r.left + scrollX, r.top + scrollY, r.right + scrollX, r.bottom + scrollY].map(Math.round); })""")
         png = page.locator(shot.selector).screenshot() if shot.selector else page.screenshot(full_page=True)
         image = quantize(png)
-        path = IMG / image_name(shot, lang, theme)
+        path = out / image_name(shot, lang, theme)
         if changed(image, path, [tuple(b) for b in ignore]):
             image.save(path, optimize=True)
             written.append(path.name)
     return written
 
 
-def test_screenshots_of_every_page_in_both_languages_and_themes(docs_store, control_server, serve, browser):
+def test_screenshots_of_every_page_in_both_languages_and_themes(docs_store, control_server, serve, browser,
+                                                                tmp_path):
     pytest.importorskip("PIL")
     uri, run_id, run_b = docs_store
     world, control = control_server
     server = serve(uri)
-    IMG.mkdir(parents=True, exist_ok=True)
+    out = image_dir(tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     for lang, locale, _ in LANGS:
         for theme in THEMES:
@@ -235,9 +252,9 @@ def test_screenshots_of_every_page_in_both_languages_and_themes(docs_store, cont
                 page.goto(f"{server.url}/#/runs")
                 assert page.evaluate("() => document.documentElement.dataset.theme") == theme
                 assert page.evaluate("() => document.documentElement.lang") == ("zh-CN" if lang == "zh" else "en")
-                shoot_all(page, server.url, {"run": run_id, "run_b": run_b}, lang, theme)
+                shoot_all(page, server.url, {"run": run_id, "run_b": run_b}, lang, theme, out=out)
                 page.add_init_script(f"localStorage.setItem('rlcockpit.token', {world.tokens['alex']!r})")
-                shoot_all(page, control.url, {}, lang, theme, CONTROL_SHOTS)
+                shoot_all(page, control.url, {}, lang, theme, CONTROL_SHOTS, out=out)
                 page.goto(f"{control.url}/#/library")  # no live stream open when the server stops
             finally:
                 context.close()
@@ -245,7 +262,7 @@ def test_screenshots_of_every_page_in_both_languages_and_themes(docs_store, cont
     for shot in (*SHOTS, *CONTROL_SHOTS):
         for lang, _, _ in LANGS:
             for theme in THEMES:
-                path = IMG / image_name(shot, lang, theme)
+                path = out / image_name(shot, lang, theme)
                 assert path.is_file() and path.stat().st_size < 400_000, path
 
 

@@ -15,6 +15,7 @@ stores that open the same directory and releases the lock when the last one clos
 from __future__ import annotations
 
 import math
+import re
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,11 @@ from typing import Any
 from rlcockpit.errors import QueryTimeoutError, StoreError
 
 _TIMEOUT_CODE = "Code: 159"  # TIMEOUT_EXCEEDED
+# errors a value in an insert causes: CANNOT_PARSE_TEXT, CANNOT_PARSE_QUOTED_STRING,
+# CANNOT_PARSE_INPUT_ASSERTION_FAILED, CANNOT_PARSE_NUMBER, BAD_ARGUMENTS, CANNOT_PARSE_DATETIME,
+# TYPE_MISMATCH, SYNTAX_ERROR, ARGUMENT_OUT_OF_BOUND, CANNOT_CONVERT_TYPE, CANNOT_PARSE_ESCAPE_SEQUENCE,
+# INCORRECT_DATA, VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE, TOO_LARGE_STRING_SIZE
+_DATA_ERROR_CODES = {6, 26, 27, 72, 36, 41, 53, 62, 69, 70, 25, 117, 321, 131}
 
 
 def lit(value: Any) -> str:
@@ -92,10 +98,22 @@ def _error(action: str, exc: Exception, where: str) -> StoreError:
         return QueryTimeoutError(
             "the query ran past its time limit and was stopped; ask for a narrower step range, "
             "fewer points or a more selective filter (or raise the server's query_timeout_s)",
-            details={"store": where})
+            details={"store": where, "unavailable": True})
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    # a value Python could not put into the statement (not UTF-8, out of range) is the batch's
+    # fault, whatever the engine would have said
+    local = isinstance(exc, (TypeError, ValueError, OverflowError))
     return StoreError(f"clickhouse store {where}: {action} failed: {first[:500]}",
-                      details={"store": where, "error": type(exc).__name__})
+                      details={"store": where, "error": type(exc).__name__,
+                               "unavailable": not local and unavailable(text)})
+
+
+def unavailable(text: str) -> bool:
+    """Whether a ClickHouse error means the store cannot take writes now (no answer, a network
+    error, no disk space, too many parts, memory...: the telemetry spools and retries later), as
+    opposed to refusing a value of the batch (the telemetry splits the batch and drops the value)."""
+    found = re.search(r"Code: (\d+)", text)
+    return found is None or int(found.group(1)) not in _DATA_ERROR_CODES
 
 
 # --------------------------------------------------------------------------- chDB

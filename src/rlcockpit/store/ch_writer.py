@@ -144,6 +144,7 @@ class ClickHouseWriter:
             ids = self._next_ids(len(records))
             tables[table] = [(r[0], i, *r[1:]) for i, r in zip(
                 ids, (to_row(run_id, rec, now) for rec in records), strict=True)]
+        _check_text(tables)  # a text that is no UTF-8 fails the batch before anything is sent
         names = self._new_run_names(run_id, batch)
         # The telemetry retries a failed write with the same Batch object: the retry reuses the
         # batch's deduplication tokens, so the tables that did land the first time are not
@@ -184,6 +185,19 @@ class ClickHouseWriter:
                 continue
             self._t.command(f"DELETE FROM {self._db}.samples WHERE {where}")
             self._insert("samples", doomed)
+
+    def check_writable(self, run_id: str) -> None:
+        """Setup check before a run is resumed: the run's newest rows of every step table are
+        read (a store that cannot answer fails here, at setup, not with every write of the run)."""
+        self._check_run(run_id)
+        r = lit(run_id)
+        for table in ("steps", "metrics", "histograms", "samples", "events"):
+            try:
+                self._t.query(f"SELECT max(step) FROM {self._db}.{table} WHERE run_id = {r}")
+            except StoreError as exc:
+                raise StoreError(f"cannot resume run {run_id!r}: its store does not answer "
+                                 f"({exc.message}); check the server or the chDB directory",
+                                 details={"run_id": run_id, "table": table}) from exc
 
     def close(self) -> None:
         if self._close_transport:
@@ -324,6 +338,28 @@ def _sample_row(run_id: str, s: SampleRecord, now: float) -> tuple:
             if s.components else "{}",
             codec.encode_tokens(s.tokens), codec.encode_f16(s.logprobs),
             codec.encode_f16(s.ref_logprobs), codec.encode_f16(s.token_kl))
+
+
+def _check_text(tables: Mapping[str, Sequence[tuple]]) -> None:
+    """ValueError naming the column when a text of the batch cannot be encoded as UTF-8 (a lone
+    surrogate): found before any table is inserted, so a batch never lands in part."""
+    for table, found in tables.items():
+        if not found:
+            continue
+        for i, (column, kind) in enumerate(TYPES[table].items()):
+            if "String" not in kind:
+                continue
+            values = [r[i] for r in found]
+            if kind.startswith("Array"):
+                values = [x for v in values for x in v]
+            text = "".join(v for v in values if type(v) is str)
+            if text.isascii():
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"{table}.{column}: a text that is not UTF-8 ({exc.reason})"
+                                 ) from None
 
 
 def _float_or_none(value: Any) -> float | None:

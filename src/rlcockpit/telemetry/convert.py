@@ -2,7 +2,9 @@
 
 The training thread only copies references into one queue item per call; validation, float
 conversion, histogram binning and dict -> SampleRecord happen here, off the training loop. A value
-that cannot be converted drops only itself (counted as ``invalid``), never the whole step.
+that cannot be converted drops only itself (counted as ``invalid``), never the whole step. Steps and
+integer sample fields must fit in 64 bits (every store's integer columns); a message shows at most
+``records.ECHO_CHARS`` characters of the value it refuses.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from rlcockpit.records import (
+    INT64,
     CheckpointRecord,
     EventRecord,
     FindingRecord,
@@ -22,19 +25,53 @@ from rlcockpit.records import (
     PhaseRecord,
     SampleRecord,
     SnapshotRecord,
+    cap,
+    echo,
+    int64_problem,
 )
 from rlcockpit.telemetry.drops import DropCounter
 
 _SAMPLE_FIELDS = {f.name for f in dataclasses.fields(SampleRecord)}
+MAX_BINS = 10_000  # bins of one histogram: np.histogram allocates per bin (10**9 bins: ~16 GB)
 
 
 def as_step(step: Any) -> int:
+    """An integer that fits the stores' 64-bit step and id columns (ints, numpy / torch integers,
+    integral floats); TypeError or ValueError otherwise."""
+    if type(step) is int:  # the common case: one range check
+        if INT64[0] <= step <= INT64[1]:
+            return step
+        raise ValueError(f"integer {int64_problem(step)}")
     if isinstance(step, bool):
-        raise TypeError(f"step must be an integer, got {step!r}")
-    value = int(step)
+        raise TypeError(f"must be an integer, got {step!r}")
+    try:
+        value = int(step)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"must be an integer, not {type(step).__name__}") from exc
     if value != step:
-        raise TypeError(f"step must be an integer, got {step!r}")
+        raise TypeError(f"must be an integer, got {echo(step, 40)}")
+    problem = int64_problem(value)
+    if problem:
+        raise ValueError(f"integer {problem}")
     return value
+
+
+def bins_problem(bins: Any) -> str | None:
+    """Why ``bins`` (a count or a sequence of edges) is not a usable histogram binning, or None."""
+    if isinstance(bins, bool):
+        return f"bins must be an integer or a sequence of edges, got {bins!r}"
+    if isinstance(bins, int) or (hasattr(bins, "__index__") and not hasattr(bins, "__len__")):
+        n = int(bins)
+        if 1 <= n <= MAX_BINS:
+            return None
+        return f"bins={echo(n, 40)} is outside 1..{MAX_BINS}; use at most {MAX_BINS} bins"
+    try:
+        n = len(bins)
+    except TypeError:
+        return f"bins must be an integer or a sequence of edges, got {echo(bins)}"
+    if 2 <= n <= MAX_BINS + 1:
+        return None
+    return f"bins has {n} edges; give 2..{MAX_BINS + 1} edges (at most {MAX_BINS} bins)"
 
 
 def to_float(value: Any) -> float:
@@ -57,18 +94,22 @@ def metric_points(step: int, metrics: Mapping[str, Any], wall: float,
         try:
             out.append(MetricPoint(step=step, name=str(name), value=to_float(value),
                                    wall_time=wall))
-        except (TypeError, ValueError, RuntimeError) as exc:
-            drops.add("metrics", 1, "invalid", f"{name}={value!r} is not a number ({exc})")
+        except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+            drops.add("metrics", 1, "invalid",
+                      f"{echo(name)}={echo(value)} is not a number ({type(exc).__name__})")
     return out
 
 
 def histogram(step: int, payload: tuple, wall: float) -> HistogramRecord:
     """Bin the finite values (NaN/inf cannot be placed in a bin; the NaN detector uses metrics)."""
     name, values, bins = payload
+    problem = bins_problem(bins)
+    if problem:
+        raise ValueError(f"histogram {echo(name)}: {problem}")
     arr = to_array(values)
     finite = arr[np.isfinite(arr)]
     if finite.size == 0:
-        raise ValueError(f"histogram {name!r} at step {step} has no finite values")
+        raise ValueError(f"histogram {echo(name)} at step {step} has no finite values")
     counts, edges = np.histogram(finite, bins=bins)
     return HistogramRecord(step=step, name=str(name), edges=tuple(edges.tolist()),
                            counts=tuple(int(c) for c in counts), wall_time=wall)
@@ -84,7 +125,8 @@ def sample(step: int, raw: SampleRecord | Mapping[str, Any]) -> SampleRecord:
         fields = dict(raw.__dict__)
     elif isinstance(raw, Mapping):
         if not _SAMPLE_FIELDS.issuperset(raw):
-            raise TypeError(f"unknown sample field(s) {sorted(set(raw) - _SAMPLE_FIELDS)}; "
+            unknown = sorted(map(str, set(raw) - _SAMPLE_FIELDS))
+            raise TypeError(f"unknown sample field(s) {echo(unknown)}; "
                             f"SampleRecord fields are {sorted(_SAMPLE_FIELDS)}")
         fields = dict(raw)
     else:
@@ -94,13 +136,22 @@ def sample(step: int, raw: SampleRecord | Mapping[str, Any]) -> SampleRecord:
 
 
 def _normalise(f: dict[str, Any]) -> dict[str, Any]:
-    """Coerce each given field to its record type; a no-op check for values already right."""
+    """Coerce each given field to its record type; a no-op check for values already right
+    (integers: a range check)."""
     for name, value in f.items():
-        if value is None or type(value) is _EXACT.get(name):
+        if value is None:
+            continue
+        if type(value) is _EXACT.get(name):
+            if type(value) is int and not INT64[0] <= value <= INT64[1]:
+                raise ValueError(f"sample field {name}: integer {int64_problem(value)}")
             continue  # already the record's type: the common case, no call
         fix = _NORMALISERS.get(name)
         if fix is not None:
-            f[name] = fix(value)
+            try:
+                f[name] = fix(value)
+            except (TypeError, ValueError, OverflowError) as exc:
+                error = TypeError if isinstance(exc, TypeError) else ValueError
+                raise error(f"sample field {name}: {cap(str(exc))}") from None
     return f
 
 

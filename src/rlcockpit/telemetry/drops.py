@@ -8,7 +8,9 @@ import time
 
 logger = logging.getLogger("rlcockpit.telemetry")
 
-DROP_REASONS = ("queue_full", "write_error", "invalid", "closed", "lease_lost")
+DROP_REASONS = ("queue_full", "write_error", "invalid", "closed", "lease_lost", "unwritable",
+                "spool_full")
+MAX_WARNING = 1000  # characters of one warning line (values in it are cut shorter: records.echo)
 
 
 class DropCounter:
@@ -62,4 +64,6 @@ class DropCounter:
         if last is not None and now - last < self._warn_interval_s:
             return
         self._last_warn[topic] = now
+        if len(message) > MAX_WARNING:
+            message = f"{message[:MAX_WARNING]}… ({len(message)} chars)"
         logger.warning(message, exc_info=exc_info)

@@ -78,3 +78,18 @@ class WriterOptions(Config):
     warn_interval_s: float = option(
         10.0, range=(0.0, 3600.0),
         help="At most one warning per problem kind (queue full, write failed...) per interval.")
+    spool_dir: str = option(
+        "",
+        help="Directory of the local spool that keeps whole steps while the store cannot be "
+             "written (disk full, I/O error, corruption, a ClickHouse outage); one file per run, "
+             "<run_id>.spool. Empty: beside the store (runs.db -> runs.db-spool/, a chDB "
+             "directory DIR -> DIR-spool/, a ClickHouse server -> ~/.cache/rlcockpit/spool/...).")
+    spool_max_mb: float = option(
+        256.0, range=(0.0, 1_000_000.0),
+        help="Largest size of a run's spool file in MiB; a batch that does not fit is dropped, "
+             "counted (spool_full) and its steps named in a telemetry_lost event. 0: no spool "
+             "(a write that still fails after the retries is dropped, write_error).")
+    spool_retry_s: float = option(
+        2.0, range=(0.01, 3600.0),
+        help="While steps wait in the spool, ask the store this often whether it takes writes "
+             "again (the spool is replayed, in order, at the first write it takes).")

@@ -17,10 +17,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from rlcockpit.errors import ConfigError, NotFoundError
-from rlcockpit.records import Batch, EventRecord, RunInfo, SampleRecord
+from rlcockpit.records import INT64, Batch, EventRecord, RunInfo, SampleRecord, cap, echo
+from rlcockpit.telemetry import convert
 from rlcockpit.telemetry.drops import DropCounter
 from rlcockpit.telemetry.lease import Lease, LeasedWriter, LeaseOptions, take_lease
 from rlcockpit.telemetry.policy import TokenArrayPolicy, WriterOptions
+from rlcockpit.telemetry.recovery import Recovery, recover
 from rlcockpit.telemetry.writer import BackgroundWriter, ItemQueue
 
 DEFAULT_STORE = "sqlite:///rlcockpit.db"
@@ -32,7 +34,7 @@ class Run:
 
     def __init__(self, info: RunInfo, *, store_uri: str, store_writer: Any,
                  options: WriterOptions, token_arrays: TokenArrayPolicy,
-                 lease: Lease | None = None) -> None:
+                 lease: Lease | None = None, recovery: Recovery | None = None) -> None:
         self.run_id = info.run_id
         self.info = info
         self.store_uri = store_uri
@@ -50,8 +52,11 @@ class Run:
         self._holder: int | None = None
         self._hold_lock = threading.Lock()
         self._close_lock = threading.Lock()
+        recovery = recovery or Recovery(spool=None)  # the spool and missing steps: recovery.py
         self._thread = BackgroundWriter(store=store_writer, run_id=self.run_id, items=self._items,
-                                        options=options, policy=token_arrays, drops=self._drops)
+                                        options=options, policy=token_arrays, drops=self._drops,
+                                        spool=recovery.spool, missing=recovery.missing,
+                                        reported_missing=recovery.reported_missing)
         self._thread.start()
         atexit.register(self._at_exit)
 
@@ -66,7 +71,12 @@ class Run:
 
     def log_histogram(self, step: int, name: str, values: Any, bins: int | Sequence[float] = 64
                       ) -> None:
-        """Log the distribution of ``values`` (list, numpy array or tensor); binned off-thread."""
+        """Log the distribution of ``values`` (list, numpy array or tensor); binned off-thread.
+        ``bins``: 1..10,000 bins or 2..10,001 edges (another value is dropped and counted)."""
+        problem = convert.bins_problem(bins)
+        if problem:
+            self._drops.add("histograms", 1, "invalid", f"histogram {echo(name)}: {problem}")
+            return
         if hasattr(values, "detach"):  # a tensor: copy on its device (async on a GPU), read later
             values = values.detach().clone()
         elif hasattr(values, "copy"):
@@ -305,6 +315,12 @@ class Run:
         if self._closed:
             self._drops.add(kind, n, "closed", "logged after close()")
             return
+        if type(step) is not int or not INT64[0] <= step <= INT64[1]:  # refused here, counted
+            try:
+                step = convert.as_step(step)
+            except (TypeError, ValueError) as exc:
+                self._drops.add(kind, n, "invalid", f"step {echo(step)}: {cap(str(exc))}")
+                return
         self._last_step = step
         if self._held is not None and self._holder == threading.get_ident():
             self._held.append((kind, step, payload, time.time()))
@@ -384,7 +400,10 @@ def init(project: str = "default", name: str | None = None, store: Any = DEFAULT
     lease_options.check_cadence(opts.heartbeat_interval_s)
     opened = store if hasattr(store, "writer") else open_store(store)
     writer = opened.writer()
+    run_id = run_id or (None if resume else new_run_id())
     try:
+        # before the run is touched: a spool left by an earlier process, an unwritable store
+        recovery = recover(opened, writer, run_id, opts, resume=resume) if run_id else None
         info, held = _start_or_resume(opened, writer, project, name, config, run_id, resume,
                                       lease_options, force)
     except BaseException:
@@ -392,7 +411,7 @@ def init(project: str = "default", name: str | None = None, store: Any = DEFAULT
         raise
     _uncaught.install()
     return Run(info, store_uri=opened.uri, store_writer=writer, options=opts,
-               token_arrays=policy, lease=held)
+               token_arrays=policy, lease=held, recovery=recovery)
 
 
 def _start_or_resume(opened, writer, project: str, name: str | None,

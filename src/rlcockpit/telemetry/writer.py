@@ -10,12 +10,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from rlcockpit.records import EventRecord, MetricPoint
+from rlcockpit.records import EventRecord, MetricPoint, cap, echo
 from rlcockpit.store.base import StoreWriter
 from rlcockpit.telemetry import convert
 from rlcockpit.telemetry.assembly import Parts, StepAssembler
+from rlcockpit.telemetry.delivery import Delivery, StepRanges
 from rlcockpit.telemetry.drops import DropCounter
 from rlcockpit.telemetry.policy import TokenArrayPolicy, WriterOptions
+from rlcockpit.telemetry.spool import Spool
 
 DROPPED_METRIC = "telemetry/dropped_total"
 DROPPED_EVENT = "telemetry_dropped"
@@ -41,7 +43,9 @@ class BackgroundWriter(threading.Thread):
     """Consumes queue items ``(kind, step, payload, wall_time)`` and writes whole steps."""
 
     def __init__(self, *, store: StoreWriter, run_id: str, items: ItemQueue,
-                 options: WriterOptions, policy: TokenArrayPolicy, drops: DropCounter) -> None:
+                 options: WriterOptions, policy: TokenArrayPolicy, drops: DropCounter,
+                 spool: Spool | None = None, missing: StepRanges | None = None,
+                 reported_missing: int = 0) -> None:
         super().__init__(name=f"rlcockpit-telemetry-{run_id}", daemon=True)
         self._store = store
         self._run_id = run_id
@@ -55,6 +59,9 @@ class BackgroundWriter(threading.Thread):
         self._newest_written: int | None = None
         self._reported_drops = 0
         self._arrays_pending: dict[int, set[int]] = {}
+        self.delivery = Delivery(store=store, run_id=run_id, options=options, drops=drops,
+                                 spool=spool, on_written=self._after_write, missing=missing,
+                                 reported_missing=reported_missing)
         self._handlers: dict[str, Callable] = {
             "metrics": self._on_metrics, "histograms": self._on_histogram,
             "samples": self._on_samples, "events": self._live("events", convert.event),
@@ -104,6 +111,9 @@ class BackgroundWriter(threading.Thread):
         if waiting and (waiting >= self._opt.flush_every
                         or now - self._last_write >= self._opt.flush_interval_s):
             self._write_ready()
+        elif self.delivery.spooling:  # nothing new: see whether the store answers again
+            self.delivery.replay()
+            self._report_drops()
         if now - self._last_heartbeat >= self._opt.heartbeat_interval_s:
             self._heartbeat()
 
@@ -140,12 +150,12 @@ class BackgroundWriter(threading.Thread):
             step = convert.as_step(step)
         except (TypeError, ValueError) as exc:
             n = len(payload) if kind in ("metrics", "samples") else 1
-            self._drops.add(kind, n, "invalid", f"step {step!r}: {exc}")
+            self._drops.add(kind, n, "invalid", f"step {echo(step)}: {cap(str(exc))}")
             return
         try:
             self._handlers[kind](step, payload, wall)
-        except (TypeError, ValueError, KeyError, RuntimeError) as exc:
-            self._drops.add(kind, 1, "invalid", f"step {step}: {exc}")
+        except (TypeError, ValueError, KeyError, RuntimeError, OverflowError) as exc:
+            self._drops.add(kind, 1, "invalid", f"step {step}: {cap(str(exc))}")
 
     def _on_metrics(self, step: int, metrics, wall: float) -> None:
         records = convert.metric_points(step, metrics, wall, self._drops)
@@ -160,8 +170,8 @@ class BackgroundWriter(threading.Thread):
         for raw in samples:
             try:
                 records.append(convert.sample(step, raw))
-            except (TypeError, ValueError, KeyError, RuntimeError) as exc:
-                self._drops.add("samples", 1, "invalid", f"step {step}: {exc}")
+            except (TypeError, ValueError, KeyError, RuntimeError, OverflowError) as exc:
+                self._drops.add("samples", 1, "invalid", f"step {step}: {cap(str(exc))}")
         self._asm.add_step_records(step, "samples", records, time.monotonic())
 
     def _live(self, kind: str, build: Callable) -> Callable:
@@ -176,34 +186,17 @@ class BackgroundWriter(threading.Thread):
         self._write_ready()
 
     def _write_ready(self) -> None:
+        """Write the complete steps (telemetry/delivery.py: retries, splitting, the spool)."""
         parts = self._asm.take_ready()
         self._last_write = time.monotonic()
-        if len(parts) and self._write(parts):
-            self._last_heartbeat = self._last_write
-            self._after_write(parts)
+        if len(parts):
+            self.delivery.deliver(parts)
+        self.delivery.replay()
         self._report_drops()
 
-    def _write(self, parts: Parts, *, count_failure: bool = True) -> bool:
-        """Write with retries; on final failure count every record as dropped."""
-        batch = parts.batch()
-        error: Exception | None = None
-        for attempt in range(self._opt.write_retries + 1):
-            try:
-                self._store.write_batch(self._run_id, batch)
-                return True
-            except Exception as exc:  # any failure is counted and reported below, never raised
-                error = exc
-                if attempt < self._opt.write_retries:
-                    time.sleep(self._opt.retry_backoff_s * 2**attempt)
-        if count_failure:
-            for kind, n in parts.counts().items():
-                self._drops.add(kind, n, "write_error", str(error))
-        else:
-            self._drops.warn("report", f"rlcockpit telemetry could not record its drop count: "
-                                       f"{error}")
-        return False
-
     def _after_write(self, parts: Parts) -> None:
+        """A batch (or a piece of one) is in the store."""
+        self._last_heartbeat = time.monotonic()
         steps = [r.step for kind in ("metrics", "histograms", "samples")
                  for r in getattr(parts, kind)]
         if steps:
@@ -235,22 +228,32 @@ class BackgroundWriter(threading.Thread):
 
     def _report_drops(self) -> None:
         """Write the drop count as the metric telemetry/dropped_total and a telemetry_dropped
-        event, whenever it changed since the last report."""
-        total = self._drops.total
-        if total == self._reported_drops:
+        event whenever it changed since the last report, with the missing-step count and the
+        lost-step events of the delivery (not while the store is unavailable: the spool holds
+        the data, the report follows it)."""
+        if self.delivery.spooling:
             return
         step = self._newest_written if self._newest_written is not None else (
             self._asm.newest_step or 0)
-        parts = Parts()
-        now = time.time()
-        parts.metrics.append(MetricPoint(step=step, name=DROPPED_METRIC,
-                                                 value=float(total), wall_time=now))
-        parts.events.append(EventRecord(
-            step=step, kind=DROPPED_EVENT, wall_time=now,
-            payload={"dropped_total": total, "new": total - self._reported_drops,
-                     "by_kind": self._drops.by_kind(), "by_reason": self._drops.by_reason()}))
-        if self._write(parts, count_failure=False):
-            self._reported_drops = total
+        parts, reported = self.delivery.report(step)
+        total = self._drops.total
+        if total != self._reported_drops:
+            now = time.time()
+            parts.metrics.append(MetricPoint(step=step, name=DROPPED_METRIC,
+                                             value=float(total), wall_time=now))
+            parts.events.append(EventRecord(
+                step=step, kind=DROPPED_EVENT, wall_time=now,
+                payload={"dropped_total": total, "new": total - self._reported_drops,
+                         "by_kind": self._drops.by_kind(), "by_reason": self._drops.by_reason()}))
+        if not len(parts):
+            return
+        error = self.delivery.attempt(parts)
+        if error is not None:
+            self._drops.warn("report", f"rlcockpit telemetry could not record its drop count: "
+                                       f"{cap(str(error), 300)}")
+            return
+        self._reported_drops = total
+        reported()
 
     def _heartbeat(self) -> None:
         self._last_heartbeat = time.monotonic()
@@ -261,6 +264,15 @@ class BackgroundWriter(threading.Thread):
 
     def _finish(self, status: str) -> None:
         self._flush()
+        self.delivery.replay(force=True)
+        self._report_drops()
+        spool = self.delivery.spool
+        if self.delivery.spooling and spool is not None:
+            self._drops.warn("closing", f"rlcockpit telemetry: the store of run {self._run_id} "
+                                        f"still cannot be written; {len(self.delivery.missing)} "
+                                        f"step(s) stay in the spool {spool.path} and are written "
+                                        f"when the run is resumed (rlcockpit.init(run_id="
+                                        f"{self._run_id!r}, resume=True), train --resume)")
         for attempt in range(self._opt.write_retries + 1):
             try:
                 self._store.set_run_status(self._run_id, status, ended_at=time.time())
