@@ -76,13 +76,16 @@ def _on(cpus: set[int] | None):
 def _bench(args: argparse.Namespace) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="server-load-"))
     uri = f"sqlite:///{tmp / 'runs.db'}"
+    # the trainer's stderr goes to a file: a pipe nobody reads fills up (64 KiB of warnings) and
+    # then blocks the trainer, which measured "0 steps" in the loaded window
+    trainer_log = open(tmp / "trainer.err", "w")  # noqa: SIM115 (closed when the trainer ends)
     trainer = subprocess.Popen(
         [sys.executable, "-m", "rlcockpit", "train", "--config", str(example_config("ppo")), "--store", uri,
          "--quiet", "train.steps=100000", "model.threads=1", "checkpoint.every=0", "eval.every=100000"],
-        cwd=tmp, env=thread_env(1), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=tmp, env=thread_env(1), stdout=subprocess.DEVNULL, stderr=trainer_log, text=True,
         preexec_fn=_on({0} if args.pin else None))
     try:
-        run_id = _wait_for_steps(uri, trainer, 3)
+        run_id = _wait_for_steps(uri, trainer, 3, tmp / "trainer.err")
         _log(f"trainer running (run {run_id}); baseline window {args.window_s:.0f} s")
         cpu0 = _cpu_s(trainer.pid)
         before = _window(uri, run_id, args.window_s)
@@ -110,6 +113,7 @@ def _bench(args: argparse.Namespace) -> dict:
     finally:
         trainer.terminate()
         trainer.wait(30)
+        trainer_log.close()
     return _report(args, before, loaded, after, traffic)
 
 
@@ -122,11 +126,11 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _wait_for_steps(uri: str, trainer: subprocess.Popen, steps: int, timeout_s: float = 300.0) -> str:
+def _wait_for_steps(uri: str, trainer: subprocess.Popen, steps: int, log: Path, timeout_s: float = 300.0) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if trainer.poll() is not None:
-            raise RuntimeError(f"the trainer exited early: {trainer.stderr.read()[-2000:]}")
+            raise RuntimeError(f"the trainer exited early: {log.read_text()[-2000:]}")
         starts = _rollout_starts(uri)
         if starts and len(starts[1]) >= steps:
             return starts[0]
@@ -215,7 +219,8 @@ def _log(text: str) -> None:
 def _drive(args: argparse.Namespace) -> dict:
     stats = asyncio.run(_clients(args.drive, args.run, args.clients, args.window_s, args.refresh_s))
     latencies = sorted(stats.pop("latencies"))
-    out = {**stats, "p50_ms": _pct(latencies, 0.5), "p95_ms": _pct(latencies, 0.95)}
+    out = {**stats, "p50_ms": _pct(latencies, 0.5), "p95_ms": _pct(latencies, 0.95),
+           "error_rate": round(stats["errors"] / stats["requests"], 4) if stats["requests"] else None}
     print(json.dumps(out), flush=True)
     return out
 
@@ -227,7 +232,8 @@ def _pct(ordered: list[float], q: float) -> float | None:
 async def _clients(url: str, run: str, n: int, seconds: float, refresh_s: float) -> dict:
     import httpx
 
-    stats = {"requests": 0, "errors": 0, "streams": 0, "stream_messages": 0, "latencies": []}
+    stats = {"requests": 0, "errors": 0, "streams": 0, "stream_messages": 0, "latencies": [],
+             "errors_by": {}, "slowest_by_route": {}}
     limits = httpx.Limits(max_connections=4 * n, max_keepalive_connections=4 * n)
     async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as http:
         stop = time.monotonic() + seconds
@@ -244,12 +250,20 @@ async def _one_client(http, run: str, stop: float, refresh_s: float, stats: dict
                      f"/api/runs/{run}/phases", f"/api/runs/{run}"):
             t0 = time.monotonic()
             try:
-                ok = (await http.get(path)).status_code == 200
-            except Exception:  # a failed request is counted, the client goes on
-                ok = False
-            stats["latencies"].append(time.monotonic() - t0)
+                resp = await http.get(path)
+                status = f"{resp.status_code} {resp.json()['error']['code']}" if resp.status_code != 200 else "200"
+            except Exception as exc:  # a failed request is counted, the client goes on
+                status = type(exc).__name__
+            took = time.monotonic() - t0
+            route = path.split("?")[0].replace(f"/api/runs/{run}", "") or "/run"
+            stats["latencies"].append(took)
             stats["requests"] += 1
-            stats["errors"] += 0 if ok else 1
+            slowest = stats["slowest_by_route"]
+            slowest[route] = round(max(slowest.get(route, 0.0), took * 1000), 1)
+            if status != "200":
+                stats["errors"] += 1
+                key = f"{route} {status}"
+                stats["errors_by"][key] = stats["errors_by"].get(key, 0) + 1
         await asyncio.sleep(max(0.0, refresh_s - (time.monotonic() - started)))
     stream.cancel()
 

@@ -34,7 +34,7 @@ def test_token_is_shown_once_and_only_a_salted_hash_is_stored(plane, tmp_path):
     raw = (tmp_path / "c.db").read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob("c.db-*"))
     secret = token.split("_", 2)[2]
     assert secret.encode() not in raw and token.encode() not in raw
-    assert user.token_hash.startswith("hmac-sha256$") and user.salt != again.salt and token != token2
+    assert user.token_hash.startswith("hmac-sha256-exp$") and user.salt != again.salt and token != token2
     assert plane.users.authenticate(token).name == "olga"
     assert plane.users.authenticate(token2).role == "operator"
 

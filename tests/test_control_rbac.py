@@ -55,6 +55,8 @@ ENDPOINTS = [
     ("GET", f"/api/runs/{RUN}/review", "viewer", None),
     ("POST", f"/api/runs/{RUN}/review/1/0", "operator", {"label": "good"}),
     ("GET", f"/api/runs/{RUN}/review/export", "viewer", None),
+    ("POST", "/api/session", "viewer", None),  # an API token for a session
+    ("DELETE", "/api/session", "viewer", None),
 ]
 
 

@@ -25,7 +25,7 @@ from server_testkit import free_port
 
 SMALL = ["rollout.batch_size=8", "ppo.minibatch_size=8", "ppo.epochs=1", "eval.every=0",
          "checkpoint.at_end=false", "model.threads=1"]
-LINK = re.compile(r"^\s+(demo-\S+) \((\w+)\): (http://\S+/#/signin\?token=(rlc_\S+))$")
+LINK = re.compile(r"^\s+(demo-\S+) \((\w+)\): (http://\S+/#/signin\?code=(rlo_\S+))$")
 
 
 class Demo:
@@ -64,9 +64,19 @@ class Demo:
             time.sleep(0.2)
 
     def links(self) -> dict[str, tuple[str, str, str]]:
-        """role -> (user name, link, token) as printed."""
+        """role -> (user name, link, one-time code) as printed."""
         found = [m.groups() for m in map(LINK.match, self.lines) if m]
-        return {role: (name, link, token) for name, role, link, token in found}
+        return {role: (name, link, code) for name, role, link, code in found}
+
+    def signed_in(self, port: int) -> dict[str, tuple[str, str, str]]:
+        """role -> (user name, link, session token): each printed link's code exchanged once, as
+        the page does (POST /api/session)."""
+        out = {}
+        for role, (name, link, code) in self.links().items():
+            resp = httpx.post(f"http://127.0.0.1:{port}/api/session", json={"code": code}, timeout=60)
+            assert resp.status_code == 201, resp.text
+            out[role] = (name, link, resp.json()["token"])
+        return out
 
     def interrupt(self) -> int:
         """Ctrl-C: the cockpit that kept serving after training stops and the demo exits."""
@@ -114,11 +124,15 @@ def test_demo_links_guide_and_a_second_run(tmp_path):
     first = Demo(tmp_path, port, "--steps", "40", "--onset", "4", "--store", uri)
     try:
         first.wait_for("Open the approver link in a private window")
-        links = first.links()
+        codes = first.links()
+        links = first.signed_in(port)
         assert {r: n for r, (n, _, _) in links.items()} == {"operator": "demo-operator", "approver": "demo-approver"}
         for role, (name, link, token) in links.items():  # (the server now knows both tokens: fast later)
-            assert link == f"http://127.0.0.1:{port}/#/signin?token={token}"
+            assert link == f"http://127.0.0.1:{port}/#/signin?code={codes[role][2]}"
+            assert token.startswith("rls_")
             assert me(port, token).json() == {"name": name, "role": role, "users_exist": True}
+        for _, _, code in codes.values():  # each link works once
+            assert httpx.post(f"http://127.0.0.1:{port}/api/session", json={"code": code}, timeout=60).status_code == 401
         first.wait_for("Fix to try:", timeout=600)
         ticket = follow_the_guide(port, first.out, links)
         first.wait_for("Training is over")  # the cockpit keeps serving after training
@@ -145,7 +159,7 @@ def test_demo_links_guide_and_a_second_run(tmp_path):
     try:
         second.wait_for("Training is over")
         assert "Demo users existed already (demo-operator, demo-approver)" in second.out
-        fresh = second.links()
+        fresh = second.signed_in(port2)
         assert {r: n for r, (n, _, _) in fresh.items()} == {"operator": "demo-operator-2",
                                                           "approver": "demo-approver-2"}
         for role, (_, _, token) in fresh.items():

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 import rlcockpit
-from rlcockpit.errors import ConfigError
 from rlcockpit.server.app import create_app
 from rlcockpit.server.cursor import Cursor, decode, encode
+from rlcockpit.server.errors import ParameterError
 from rlcockpit.server.routes.stream import THREAD_PREFIX
 from rlcockpit.server.settings import ServerSettings
 from server_testkit import ServerThread
@@ -183,7 +183,7 @@ def test_cursor_codec_round_trip_and_refusal():
         assert decode(encode(cursor)) == cursor
     assert encode(Cursor(step=5, finding=1, phase=2, event=3)) == "v1.5.1.2.3"
     for bad in ("", "v1.5.1.2", "v2.5.1.2.3", "v1.x.1.2.3", "v1.5.-1.2.3"):
-        with pytest.raises(ConfigError, match="not valid"):
+        with pytest.raises(ParameterError, match="not a stream cursor"):
             decode(bad)
 
 

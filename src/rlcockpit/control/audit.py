@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from rlcockpit.records import AUDIT_GENESIS, AuditEntry, state_digest, to_dict
 from rlcockpit.store.base import ControlStore
 
-USER_ACTIONS = ("user_added", "user_revoked")  # entries whose details.state is a user row's digest
+USER_ACTIONS = ("user_added", "user_revoked", "user_token_rotated")  # entries whose details.state is a user row's digest
 
 PAGE = 5000
 

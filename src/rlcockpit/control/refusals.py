@@ -121,3 +121,50 @@ def _int64(value: int | None) -> int | None:
 
 def _cut(text: str | None, limit: int = 200) -> str | None:
     return None if text is None else str(text)[:limit]
+
+
+class AuthThrottle:
+    """Failed token checks per client address, as a token bucket (docs/control.md "Guessing").
+
+    Each address may fail ``burst`` checks at once; one more failure is allowed every
+    ``refill_s`` seconds. Only checks that tested a secret and found it wrong count (an unknown
+    or wrong token, a wrong sign-in code): a missing, malformed, revoked or expired credential
+    gives a guesser nothing. While an address has no failures left (:meth:`retry_after` > 0),
+    the server answers its token checks 429 without testing them, so guessing gets no answer
+    at all; a token this server verified before still works (``Users.known``), so the valid
+    clients behind a guesser's address are not held back. At most ``MAX_KEYS`` addresses are
+    tracked (beyond them the fullest buckets are forgotten first).
+    """
+
+    def __init__(self, *, burst: int = 20, refill_s: float = 3.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.burst = burst
+        self.refill_s = refill_s
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (failures left, at)
+        self._lock = threading.Lock()
+
+    def retry_after(self, client: str) -> float:
+        """Seconds until ``client`` may fail again (0: it may now)."""
+        with self._lock:
+            left = self._left(client, self.clock())
+        return 0.0 if left >= 1.0 else (1.0 - left) * self.refill_s
+
+    def failed(self, client: str) -> float:
+        """Count one failed check of ``client``; the seconds it must now wait (0: none)."""
+        now = self.clock()
+        with self._lock:
+            left = max(0.0, self._left(client, now) - 1.0)
+            if client not in self._buckets and len(self._buckets) >= MAX_KEYS:
+                self._forget_fullest(now)
+            self._buckets[client] = (left, now)
+        return 0.0 if left >= 1.0 else (1.0 - left) * self.refill_s
+
+    def _left(self, client: str, now: float) -> float:
+        left, at = self._buckets.get(client, (float(self.burst), now))
+        return min(float(self.burst), left + (now - at) / self.refill_s)
+
+    def _forget_fullest(self, now: float) -> None:
+        ranked = sorted(self._buckets, key=lambda c: self._left(c, now), reverse=True)
+        for client in ranked[: max(1, len(ranked) // 10)]:
+            self._buckets.pop(client, None)

@@ -101,7 +101,7 @@ class Tickets:
             if status == "approved":
                 self._open_run(ticket.run_id)
             changes = {"status": status, "decided_by": who.name, "decided_at": time.time(),
-                       "comment": str(comment or "")[:MAX_TEXT]}
+                       "comment": _within(str(comment or ""), "comment")}
             done = self.store.transition(ticket_id, ("requested",), changes,
                                          _entry(who.name, action, ticket.run_id, {"comment": changes["comment"]}))
             if done is None:  # someone else decided in between
@@ -116,7 +116,7 @@ class Tickets:
                 raise ForbiddenError(f"only the requester ({ticket.requested_by}) or an admin can cancel "
                                      f"ticket {ticket_id}", details={"reason": "not_requester"})
             _pending(ticket, ("requested", "approved"), "cancelled")
-            changes = {"status": "cancelled", "comment": str(comment or "")[:MAX_TEXT]}
+            changes = {"status": "cancelled", "comment": _within(str(comment or ""), "comment")}
             done = self.store.transition(ticket_id, ("requested", "approved"), changes,
                                          _entry(who.name, "ticket_cancelled", ticket.run_id, changes))
             if done is None:
@@ -200,7 +200,15 @@ def _text(value: Any, field: str, what: str) -> str:
     text = str(value or "").strip() if isinstance(value, (str, type(None))) else ""
     if not text:
         raise TicketError(f"the {field} is required: say {what}", details={"field": field})
-    return text[:MAX_TEXT]
+    return _within(text, field)
+
+
+def _within(text: str, field: str) -> str:
+    """``text`` whole, or a 422 naming the limit (a reason or comment is never cut silently)."""
+    if len(text) > MAX_TEXT:
+        raise TicketError(f"the {field} is {len(text)} characters long; at most {MAX_TEXT} are kept: shorten it",
+                          details={"field": field, "limit": MAX_TEXT, "length": len(text)})
+    return text
 
 
 def _pending(ticket: TicketRecord, allowed: tuple[str, ...], verb: str) -> None:

@@ -19,7 +19,8 @@ from fastapi.staticfiles import StaticFiles
 from rlcockpit._version import __version__
 from rlcockpit.errors import ConfigError
 from rlcockpit.server import handlers, workers
-from rlcockpit.server.auth import Access
+from rlcockpit.server.auth import Access, throttle_for
+from rlcockpit.server.cache import ReadCache
 from rlcockpit.server.deps import Reader, require_viewer
 from rlcockpit.server.guard import Guard
 from rlcockpit.server.responses import json_response
@@ -50,7 +51,7 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
         store = open_store(settings.store, create=False)
     reader = store.reader()
     if control is not None and access is None:
-        access = Access(control, network_bound=not settings.is_loopback)
+        access = Access(control, network_bound=not settings.is_loopback, throttle=throttle_for(settings))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -72,6 +73,7 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
     app.state.control = control
     app.state.streams = workers.StreamSlots(settings.max_streams)
     app.state.stream_reads = SharedReads(reader, ttl_s=settings.sse_poll_s)
+    app.state.read_cache = ReadCache(settings.read_cache_s) if settings.read_cache_s > 0 else None
     handlers.install(app)
     for router in READ_ROUTERS + (CONTROL_ROUTERS if control is not None else ()):
         app.include_router(router)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from rlcockpit.errors import ConfigError
+from rlcockpit.server.errors import ParameterError
 
 VERSION = "v1"
 
@@ -31,7 +31,8 @@ def encode(cursor: Cursor) -> str:
 
 
 def decode(text: str) -> Cursor:
-    """Parse a cursor; raises ConfigError (422) naming the expected form when it is not one."""
+    """Parse a cursor; raises ParameterError (422 invalid_parameter) naming the expected form when
+    it is not one (the route's schema pattern refuses most of them before)."""
     parts = text.strip().split(".")
     try:
         if len(parts) != 5 or parts[0] != VERSION:
@@ -41,8 +42,7 @@ def decode(text: str) -> Cursor:
         if min(finding, phase, event) < 0 or max(finding, phase, event, abs(step or 0)) >= 2**63:
             raise ValueError(text)
     except ValueError:
-        raise ConfigError(f"stream cursor {text[:200]!r} is not valid; it looks like "
-                          f"'{VERSION}.<step>.<finding>.<phase>.<event>' (the id of a message this "
-                          "server sent); drop it to start from now",
-                          details={"parameter": "cursor", "value": text[:200]}) from None
+        raise ParameterError("cursor", text[:200], f"not a stream cursor; it looks like "
+                             f"'{VERSION}.<step>.<finding>.<phase>.<event>' (the id of a message "
+                             "this server sent); drop it to start from now") from None
     return Cursor(step=step, finding=finding, phase=phase, event=event)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rlcockpit.errors import RlcockpitError
 
 
@@ -29,3 +31,17 @@ class LibraryUnavailable(RlcockpitError):
 
     code = "library_unavailable"
     http_status = 503
+
+
+class TooManyAttempts(RlcockpitError):
+    """The client address failed too many token checks (control.refusals.AuthThrottle)."""
+
+    code = "too_many_attempts"
+    http_status = 429
+
+    def __init__(self, retry_after_s: float) -> None:
+        wait = max(1, math.ceil(retry_after_s))
+        super().__init__(f"too many failed sign-in attempts from this address; wait {wait} s (Retry-After) "
+                         "and check the token: copy it again from `rlcockpit users add` / `rotate`, or ask "
+                         "for a new sign-in link", details={"reason": "throttled", "retry_after_s": wait})
+        self.headers = {"Retry-After": str(wait)}

@@ -40,7 +40,8 @@ def _respond(status: int, code: str, message: str, details: dict | None = None,
 async def _rlcockpit_error(request: Request, exc: RlcockpitError) -> SafeJSONResponse:
     if exc.http_status >= 500:
         log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.code, exc.message)
-    return _respond(exc.http_status, exc.code, exc.message, exc.details)
+    return _respond(exc.http_status, exc.code, exc.message, exc.details,
+                    headers=getattr(exc, "headers", None))  # e.g. Retry-After of a 429
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> SafeJSONResponse:

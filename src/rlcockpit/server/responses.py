@@ -58,10 +58,11 @@ WHY = {400: "the Host header is not an allowed name (host_not_allowed)",
        409: "the ticket or run is not in a state that allows this",
        413: "the request body is larger than max_body_bytes",
        422: "a parameter or body field is invalid (the canonical error names it)",
+       429: "this client address failed too many token checks (too_many_attempts; see Retry-After)",
        503: "unavailable (the failure library is missing, or max_streams streams are open)",
        504: "the request's store reads ran past query_timeout_s"}
-READ_ERRORS = (400, 401, 403, 404, 413, 422, 504)
-CONTROL_ERRORS = (400, 401, 403, 404, 409, 413, 422)
+READ_ERRORS = (400, 401, 403, 404, 413, 422, 429, 504)
+CONTROL_ERRORS = (400, 401, 403, 404, 409, 413, 422, 429)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

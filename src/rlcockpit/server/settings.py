@@ -48,6 +48,11 @@ class ServerSettings(Config):
                                        "event loop, worker and stream threads run (0: as the "
                                        "process; capped at niceness 19), so a trainer on the "
                                        "same machine wins the CPU.", range=(0, 19))
+    read_cache_s: float = option(2.0, help="Longest time one answer of a read route about a run "
+                                           "(its curves, samples, findings, ...) is given to "
+                                           "other callers asking the same while the run has not "
+                                           "been written since; 0: every request reads the "
+                                           "store.", range=(0.0, 60.0))
     max_streams: int = option(64, help="Live streams open at once; one more is answered 503 "
                                        "too_many_streams.", range=(1, 10_000))
     refusal_window_s: float = option(60.0, help="Window of the audit log's refusal limiter: per "
@@ -59,6 +64,22 @@ class ServerSettings(Config):
     refusal_burst: int = option(10, help="Refused attempts of one signed-in caller per key and "
                                          "window that get their own audit row.",
                                 range=(1, 1_000_000))
+    session_ttl_s: float = option(43_200.0, help="Life of a browser session (what a one-time "
+                                                 "sign-in code is exchanged for at POST "
+                                                 "/api/session); 12 h by default.",
+                                  range=(60.0, 30 * 86_400.0))
+    auth_fail_burst: int = option(20, help="Failed token checks (an unknown or wrong token or "
+                                           "sign-in code) one client address may make at once; "
+                                           "past them its token checks are answered 429 "
+                                           "too_many_attempts with Retry-After.",
+                                  range=(1, 1_000_000))
+    auth_fail_refill_s: float = option(3.0, help="One more failed token check is allowed to a "
+                                                 "client address every this many seconds.",
+                                       range=(0.001, 3600.0))
+    stream_auth_check_s: float = option(2.0, help="How often an open live stream checks its "
+                                                  "caller's token or session again; a revoked "
+                                                  "or expired one ends the stream.",
+                                        range=(0.05, 60.0))
 
     def __post_init__(self) -> None:
         super().__post_init__()

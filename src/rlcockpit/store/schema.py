@@ -215,8 +215,23 @@ def _v7_run_leases(conn: sqlite3.Connection) -> None:
     """)
 
 
+def _v8_sessions(conn: sqlite3.Connection) -> None:
+    """Sign-in codes (one use, minutes) and the expiring sessions they are exchanged for
+    (store/sessions.py, docs/control.md); salted hashes only, as for users' tokens."""
+    _run_script(conn, """
+    CREATE TABLE sessions (
+        session_id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL, kind TEXT NOT NULL,
+        key_id TEXT NOT NULL UNIQUE, salt TEXT NOT NULL, token_hash TEXT NOT NULL,
+        created_at REAL NOT NULL, expires_at REAL NOT NULL, created_by TEXT NOT NULL,
+        used_at REAL, revoked_at REAL
+    );
+    CREATE INDEX sessions_by_user ON sessions (user_id)
+    """)
+
+
 MIGRATIONS: tuple[Migration, ...] = (_v1_core, _v2_query_indices, _v3_metric_rollups,
-                                     _v4_incidents, _v5_control, _v6_layouts, _v7_run_leases)
+                                     _v4_incidents, _v5_control, _v6_layouts, _v7_run_leases,
+                                     _v8_sessions)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -28,13 +28,16 @@ from rlcockpit.records import (
     json_safe,
     state_digest,
 )
+from rlcockpit.store.sessions import SessionRecord
 from rlcockpit.store.sqlite_conns import ThreadConnections
 
 _USER_COLS = ("user_id", "name", "role", "key_id", "salt", "token_hash", "created_at", "created_by",
               "revoked_at")
 _TICKET_JSON = ("value", "previous", "effect")
 _TICKET_COLS = tuple(f.name for f in dataclasses.fields(TicketRecord))
-USER_ACTIONS = ("user_added", "user_revoked")  # entries that vouch for a user's row (details.name)
+# entries that vouch for a user's row (details.name)
+USER_ACTIONS = ("user_added", "user_revoked", "user_token_rotated")
+_SESSION_COLS = tuple(f.name for f in dataclasses.fields(SessionRecord))
 _AUDIT_COLS = ("seq", "at", "actor", "action", "outcome", "run_id", "ticket_id", "details", "prev_hash",
                "hash")
 
@@ -145,6 +148,67 @@ class SqliteControlStore:
 
     def count_active_users(self) -> int:
         return int(self._conn().execute("SELECT COUNT(*) FROM users WHERE revoked_at IS NULL").fetchone()[0])
+
+    def find_user_by_id(self, user_id: int) -> UserRecord | None:
+        row = self._conn().execute(f"SELECT {', '.join(_USER_COLS)} FROM users WHERE user_id = ?",
+                                   (int(user_id),)).fetchone()
+        return _user(row) if row else None
+
+    def rotate_user(self, name: str, key_id: str, salt: str, token_hash: str, at: float,
+                    audit: AuditEntry) -> UserRecord:
+        with self._tx("rotate token") as conn:
+            cur = conn.execute("UPDATE users SET key_id = ?, salt = ?, token_hash = ? WHERE name = ? AND "
+                               "revoked_at IS NULL", (key_id, salt, token_hash, name))
+            if cur.rowcount == 0:
+                raise NotFoundError(f"no active user named {name!r}; `rlcockpit users list` shows them",
+                                    details={"name": name})
+            conn.execute("UPDATE sessions SET revoked_at = ? WHERE revoked_at IS NULL AND user_id = "
+                         "(SELECT user_id FROM users WHERE name = ?)", (at, name))
+            self._append(conn, audit)
+        return self.find_user(name=name)  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ sign-in codes, sessions
+
+    def add_session(self, record: SessionRecord, audit: AuditEntry | None) -> SessionRecord:
+        with self._tx("add session") as conn:
+            session_id = self._insert_session(conn, record)
+            if audit is not None:
+                self._append(conn, audit)
+        return dataclasses.replace(record, session_id=session_id)
+
+    def find_session(self, key_id: str) -> SessionRecord | None:
+        row = self._conn().execute(f"SELECT {', '.join(_SESSION_COLS)} FROM sessions WHERE key_id = ?",
+                                   (key_id,)).fetchone()
+        return SessionRecord(**dict(zip(_SESSION_COLS, row, strict=True))) if row else None
+
+    def redeem_signin(self, key_id: str, at: float, session: SessionRecord, audit: AuditEntry
+                      ) -> SessionRecord | None:
+        with self._tx("redeem sign-in code") as conn:
+            cur = conn.execute("UPDATE sessions SET used_at = ? WHERE key_id = ? AND kind = 'signin' AND "
+                               "used_at IS NULL AND revoked_at IS NULL AND expires_at > ?", (at, key_id, at))
+            if cur.rowcount == 0:
+                return None
+            session_id = self._insert_session(conn, session)
+            self._append(conn, audit)
+        return dataclasses.replace(session, session_id=session_id)
+
+    def revoke_sessions(self, user_id: int, at: float, *, key_id: str | None = None,
+                        audit: AuditEntry | None = None) -> int:
+        sql, args = "UPDATE sessions SET revoked_at = ? WHERE revoked_at IS NULL AND user_id = ?", [at, user_id]
+        if key_id is not None:
+            sql, args = sql + " AND key_id = ?", [*args, key_id]
+        with self._tx("revoke sessions") as conn:
+            count = conn.execute(sql, args).rowcount
+            if audit is not None and count:
+                self._append(conn, audit)
+        return count
+
+    @staticmethod
+    def _insert_session(conn: sqlite3.Connection, record: SessionRecord) -> int:
+        cols = [c for c in _SESSION_COLS if c != "session_id"]
+        cur = conn.execute(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                           [getattr(record, c) for c in cols])
+        return int(cur.lastrowid or 0)
 
     # ------------------------------------------------------------------ live parameters
 

@@ -1,10 +1,12 @@
 """The demo's two people: ``demo-operator`` requests a change, ``demo-approver`` approves it
 (docs/control.md: nobody approves their own ticket, so the story needs two users).
 
-Tokens are printed once and never stored, so a second ``rlcockpit demo`` on the same store cannot
-show the old ones again: it revokes the demo's own users (named ``demo-*`` and created by the demo)
-and adds fresh ones under the next free name (``demo-operator-2``, ...). A store that has any other
-active user is left alone: the demo creates nobody there.
+Each gets a one-time sign-in link (docs/control.md "Sign-in links and sessions"): the code in it
+is good once, for ``SIGNIN_TTL_S``; the page exchanges it for an expiring session. The users' API
+tokens are never shown, and a second ``rlcockpit demo`` on the same store revokes the demo's own
+users (named ``demo-*`` and created by the demo) and adds fresh ones under the next free name
+(``demo-operator-2``, ...). A store that has any other active user is left alone: the demo
+creates nobody there.
 """
 
 from __future__ import annotations
@@ -14,18 +16,19 @@ from typing import Any
 
 DEMO_USERS = (("demo-operator", "operator"), ("demo-approver", "approver"))
 CREATED_BY = "demo"
+SIGNIN_TTL_S = 1800.0  # the demo prints its links at start; the approver's is opened minutes later
 
 
 @dataclass(frozen=True)
 class DemoUser:
     name: str
     role: str
-    token: str
+    code: str  # the one-time sign-in code of the printed link
 
 
 @dataclass(frozen=True)
 class DemoUsers:
-    """What :func:`ensure_demo_users` did: ``created`` (with tokens), the demo users it
+    """What :func:`ensure_demo_users` did: ``created`` (with sign-in codes), the demo users it
     ``replaced`` (revoked), or the ``others`` it found and therefore left alone."""
 
     created: tuple[DemoUser, ...] = ()
@@ -57,8 +60,9 @@ def ensure_demo_users(control_store: Any) -> DemoUsers:
     created = []
     for base, role in DEMO_USERS:
         name = free_name(base, taken)
-        _, token = users.add(name, role, by=CREATED_BY)
-        created.append(DemoUser(name, role, token))
+        users.add(name, role, by=CREATED_BY)
+        code, _ = users.issue_signin(name, by=CREATED_BY, ttl_s=SIGNIN_TTL_S)
+        created.append(DemoUser(name, role, code))
     return DemoUsers(created=tuple(created), replaced=replaced)
 
 
@@ -72,10 +76,12 @@ def free_name(base: str, taken: set[str]) -> str:
     return f"{base}-{n}"
 
 
-def signin_link(url: str, token: str) -> str:
-    """The cockpit URL that signs a browser in. The token sits in the fragment (after ``#``), which
-    a browser never sends to a server: it stays out of request lines, logs and Referer headers."""
-    return f"{url.rstrip('/')}/#/signin?token={token}"
+def signin_link(url: str, code: str) -> str:
+    """The cockpit URL that signs a browser in with a one-time code. The code sits in the fragment
+    (after ``#``), which a browser never sends to a server: it stays out of request lines, logs
+    and Referer headers; the page exchanges it (POST /api/session) for a session, so the history
+    entry the browser keeps holds a code that no longer works."""
+    return f"{url.rstrip('/')}/#/signin?code={code}"
 
 
 def describe(result: DemoUsers, url: str, store: str) -> list[str]:
@@ -86,10 +92,12 @@ def describe(result: DemoUsers, url: str, store: str) -> list[str]:
                 f"Sign in with your token, or add a user: {add}"]
     lines = []
     if result.replaced:
-        lines.append(f"Demo users existed already ({', '.join(result.replaced)}); tokens are shown only once, "
-                     "so they were revoked and replaced (their old links no longer work).")
-    lines.append("Sign in (the token is shown only now; the link stores it in the browser):")
-    lines += [f"  {u.name} ({u.role}): {signin_link(url, u.token)}" for u in result.created]
+        lines.append(f"Demo users existed already ({', '.join(result.replaced)}); they were revoked and "
+                     "replaced (their old links and sessions no longer work).")
+    lines.append(f"Sign in (each link works once, within {SIGNIN_TTL_S / 60:.0f} minutes; the page trades it for a "
+                 "12-hour session):")
+    lines += [f"  {u.name} ({u.role}): {signin_link(url, u.code)}" for u in result.created]
     lines.append("  Open the approver link in a private window to approve as a second person.")
+    lines.append(f"  A new link later: rlcockpit users signin NAME --url {url} --store {store}")
     lines.append(f"  More users: {add}")
     return lines

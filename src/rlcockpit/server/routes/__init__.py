@@ -5,7 +5,8 @@ compare, health), ``samples``, ``diagnostics`` (findings, incidents, snapshots, 
 checkpoints), ``library``, ``cost``, ``layouts`` and ``stream`` (the live tail as server-sent
 events). Control routes (served when ``create_app`` is given a control plane): ``tickets``
 (tickets and commands), ``params`` (a run's live parameters), ``audit`` (the audit log and
-``/api/me``) and ``review`` (the review queue).
+``/api/me``), ``review`` (the review queue) and ``session`` (sign-in: a one-time code or an API
+token exchanged for an expiring session, and sign-out).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from rlcockpit.server.routes import (
     review,
     runs,
     samples,
+    session,
     stream,
     tickets,
 )
 
 READ_ROUTERS = (runs.router, samples.router, diagnostics.router, library.router, stream.router,
                 cost.router, layouts.router)
-CONTROL_ROUTERS = (tickets.router, params.router, audit.router, review.router)
+CONTROL_ROUTERS = (tickets.router, params.router, audit.router, review.router, session.router)

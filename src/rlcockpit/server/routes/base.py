@@ -1,7 +1,8 @@
 """What every route module starts from: its router, one of two kinds.
 
 - :func:`read_router`: every route checks the viewer role (router-wide), answers JSON without
-  NaN literals and documents the read errors (``READ_ERRORS``).
+  NaN literals and documents the read errors (``READ_ERRORS``); its GET answers about one run
+  are shared between callers while the run is unchanged (server/cache.py).
 - :func:`control_router`: each route names the role its caller needs (``Viewer``, ``Operator``,
   ``Approver`` of deps.py) and the control errors (``CONTROL_ERRORS``, with 409) are documented.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
+from rlcockpit.server.cache import SharedReadRoute
 from rlcockpit.server.deps import require_viewer
 from rlcockpit.server.responses import (
     CONTROL_ERRORS,
@@ -21,7 +23,7 @@ from rlcockpit.server.responses import (
 
 def read_router(prefix: str, tag: str, *more_errors: int) -> APIRouter:
     return APIRouter(prefix=prefix, tags=[tag], dependencies=[Depends(require_viewer)],
-                     default_response_class=SafeJSONResponse,
+                     default_response_class=SafeJSONResponse, route_class=SharedReadRoute,
                      responses=error_responses(*READ_ERRORS, *more_errors))
 
 

@@ -3,7 +3,10 @@
 Each stream polls on its own single thread (niced, see workers.py) every ``sse_poll_s`` through
 the app's shared reads (:class:`~rlcockpit.server.tail.SharedReads`: streams at the same cursor
 share one answer), and sends a keep-alive comment after ``keepalive_s`` of silence. At most
-``max_streams`` are open at once. When the client goes away the generator is cancelled; its
+``max_streams`` are open at once. Every ``stream_auth_check_s`` (2 s) the stream checks its
+caller's token or session again (the same check as every request): once it is revoked, rotated
+or expired, the stream sends one ``error`` message (the canonical 401 body) and ends, so
+revoking a user closes their open dashboards within seconds. When the client goes away the generator is cancelled; its
 ``finally`` lets the thread end, and the reader closes that thread's SQLite connection once it
 has (store/sqlite_conns.py), so streams leave nothing behind.
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
@@ -32,13 +35,16 @@ router = read_router("/api/runs/{run}", "stream", 503)
 THREAD_PREFIX = "rlcockpit-sse"
 RETRY_MS = 2000
 NO_ID = ("null", "undefined")
+# what decode() reads (or "no id yet"): the schema says so, and FastAPI refuses anything else (422)
+CURSOR_PATTERN = r"^ *(null|undefined|v1\.(_|-?[0-9]{1,19})(\.[0-9]{1,19}){3}) *$"
 
 
 @router.get("/stream", summary="Live server-sent events: step, finding, phase, event, run",
             response_class=StreamingResponse)
 async def stream(request: Request, run: str,
-                 cursor: Annotated[str | None, Query(description="resume after this message id")
-                                   ] = None,
+                 cursor: Annotated[str | None, Query(
+                     description="resume after this message id (v1.<step>.<finding>.<phase>.<event>)",
+                     pattern=CURSOR_PATTERN, max_length=100)] = None,
                  after_step: Annotated[int | None, Query(ge=I64_MIN, le=I64_MAX,
                                                          description="start after this step "
                                                                      "(default: the last)")
@@ -51,13 +57,16 @@ async def stream(request: Request, run: str,
     parsed = decode(resume) if resume else None
     await run_in_threadpool(state.reader.get_run, run)  # 404 before the stream starts
     state.streams.acquire()  # 503 too_many_streams over max_streams
-    body = _events(request, state.stream_reads, state.settings, run, parsed, after_step)
+    access = state.access
+    recheck = None if access is None else (lambda: access.require(request, "viewer"))
+    body = _events(request, state.stream_reads, state.settings, run, parsed, after_step, recheck)
     return StreamingResponse(body, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 async def _events(request: Request, reader: Any, settings: ServerSettings, run: str,
-                  cursor: Cursor | None, after_step: int | None) -> AsyncIterator[str]:
+                  cursor: Cursor | None, after_step: int | None,
+                  recheck: Callable[[], Any] | None) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
     thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=THREAD_PREFIX,
                                 initializer=nice_this_thread, initargs=(settings.worker_nice,))
@@ -65,8 +74,15 @@ async def _events(request: Request, reader: Any, settings: ServerSettings, run: 
         tail = await loop.run_in_executor(
             thread, lambda: Tail.start(reader, run, cursor=cursor, after_step=after_step))
         yield f"retry: {RETRY_MS}\n\n"
-        quiet_since = time.monotonic()
+        quiet_since = checked = time.monotonic()
         while not await request.is_disconnected():
+            if recheck is not None and time.monotonic() - checked >= settings.stream_auth_check_s:
+                checked = time.monotonic()
+                try:
+                    await loop.run_in_executor(thread, recheck)
+                except RlcockpitError as exc:  # revoked, rotated, expired: say so and end the stream
+                    yield message("error", None, exc.to_dict())
+                    return
             try:
                 poll = await loop.run_in_executor(thread, tail.poll)
             except RlcockpitError as exc:  # fail soft: say so, keep the cursor, try again

@@ -15,6 +15,7 @@ from fastapi import Body, Path, Query
 
 from rlcockpit.control import COMMANDS
 from rlcockpit.control.errors import TicketError
+from rlcockpit.control.tickets import MAX_TEXT
 from rlcockpit.records import TICKET_STATUSES, to_dict
 from rlcockpit.server.deps import Approver, Operator, Plane, Viewer
 from rlcockpit.server.query import I64_MAX, I64_MIN, choices, csv_of
@@ -43,11 +44,17 @@ def _body_schema(required: list[str], **properties: dict[str, Any]) -> dict[str,
         "type": "object", "required": required, "properties": properties}}}}}
 
 
-TEXT = {"type": "string", "minLength": 1, "maxLength": 2000}
+TEXT = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT, "pattern": r"\S",
+        "description": f"at most {MAX_TEXT} characters (a longer one is refused with 422, never cut)"}
+COMMENT = {"type": "string", "maxLength": MAX_TEXT}
 TICKET_BODY = _body_schema(["param", "value", "reason"], param={"type": "string", "minLength": 1,
                            "description": "live parameter: kl_coef, kl.coef, trainer.kl.coef or kl/coef"},
                            value={"type": "number", "description": "within the run's published range"},
                            reason=TEXT)
+REJECT_BODY = _body_schema(["comment"], comment={**TEXT, "description": "why it is rejected (required)"})
+# approve and cancel: the body may be absent or null; a comment is optional
+OPTIONAL_COMMENT = {"requestBody": {"required": False, "content": {"application/json": {"schema": {
+    "anyOf": [{"type": "object", "properties": {"comment": COMMENT}}, {"type": "null"}]}}}}}
 COMMAND_BODY = _body_schema(["command", "reason"], command={"type": "string", "enum": list(COMMANDS)},
                             reason=TEXT, args={"type": "object", "description": "rollback: {step} or "
                                                "{checkpoint}"})
@@ -81,17 +88,20 @@ def get_ticket(ticket_id: TicketId, who: Viewer, plane: Plane) -> SafeJSONRespon
     return _ticket(plane.store.get_ticket(ticket_id))
 
 
-@router.post("/tickets/{ticket_id}/approve", summary="Approve a ticket (approver, not the requester)")
+@router.post("/tickets/{ticket_id}/approve", summary="Approve a ticket (approver, not the requester)",
+             openapi_extra=OPTIONAL_COMMENT)
 def approve(ticket_id: TicketId, who: Approver, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
     return _ticket(plane.tickets.approve(who, ticket_id, str(_body(payload).get("comment") or "")))
 
 
-@router.post("/tickets/{ticket_id}/reject", summary="Reject a ticket with a comment (approver)")
+@router.post("/tickets/{ticket_id}/reject", summary="Reject a ticket with a comment (approver)",
+             openapi_extra=REJECT_BODY)
 def reject(ticket_id: TicketId, who: Approver, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
     return _ticket(plane.tickets.reject(who, ticket_id, _body(payload).get("comment") or ""))
 
 
-@router.post("/tickets/{ticket_id}/cancel", summary="Cancel a pending ticket (its requester or an admin)")
+@router.post("/tickets/{ticket_id}/cancel", summary="Cancel a pending ticket (its requester or an admin)",
+             openapi_extra=OPTIONAL_COMMENT)
 def cancel(ticket_id: TicketId, who: Operator, plane: Plane, payload: JsonBody = None) -> SafeJSONResponse:
     return _ticket(plane.tickets.cancel(who, ticket_id, str(_body(payload).get("comment") or "")))
 

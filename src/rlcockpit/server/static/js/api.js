@@ -18,6 +18,32 @@ export function setToken(token) {
   else localStorage.removeItem(TOKEN_KEY);
 }
 
+// Sign in with what a person has: a one-time sign-in code (rlo_…, the end of a sign-in link) is
+// exchanged for an expiring session token (POST /api/session; docs/control.md "Sign-in links and
+// sessions"); anything else (an API token) is kept as given. Throws an ApiError when refused.
+export async function signIn(secret) {
+  const value = (secret || "").trim();
+  if (!value.startsWith("rlo_")) {
+    setToken(value || null);
+    return null;
+  }
+  const session = await request("POST", "/session", null, { code: value }, { anonymous: true });
+  setToken(session.token);
+  return session;
+}
+
+// Sign out: the session token stops working on the server too (best effort), then is forgotten.
+export async function signOut() {
+  if (localStorage.getItem(TOKEN_KEY)) {
+    try {
+      await request("DELETE", "/session");
+    } catch {
+      // an expired or revoked session, or a server without sign-in: forgetting it is enough
+    }
+  }
+  setToken(null);
+}
+
 function headers(extra) {
   const out = { Accept: "application/json", ...(extra || {}) };
   const token = localStorage.getItem(TOKEN_KEY);
@@ -48,12 +74,13 @@ async function errorFrom(resp) {
   return new ApiError(resp.status, "http_error", `HTTP ${resp.status} ${resp.statusText}`, {});
 }
 
-export async function request(method, path, params, body) {
+export async function request(method, path, params, body, { anonymous = false } = {}) {
   let resp;
+  const extra = body === undefined ? {} : { "Content-Type": "application/json" };
   try {
     resp = await fetch(`/api${path}${query(params)}`, {
       method,
-      headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }),
+      headers: anonymous ? { Accept: "application/json", ...extra } : headers(extra),
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (e) {

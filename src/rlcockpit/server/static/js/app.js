@@ -149,7 +149,7 @@ function mount(route, viewNode) {
 }
 
 async function main() {
-  consumeSigninLink();  // #/signin?token=… (a sign-in link printed by `rlcockpit demo`)
+  await consumeSigninLink();  // #/signin?code=rlo_… (a one-time sign-in link: `rlcockpit demo`, `users signin`)
   for (const path of EXTENSIONS) await import(path);
   shell();
   mountUser();

@@ -11,6 +11,14 @@ const KINDS = ["step", "finding", "phase", "event", "run"];
 const BUFFER = 5000;
 const RETRY_MS = [1000, 2000, 5000, 10000];
 
+function endedSession(data) {
+  try {
+    return JSON.parse(data).code === "unauthorized";
+  } catch {
+    return false;
+  }
+}
+
 export class LiveRun {
   constructor(runId, afterStep) {
     this.runId = runId;
@@ -44,8 +52,17 @@ export class LiveRun {
       this.setState("open");
     };
     source.onerror = (e) => {
-      // `event: error` from the server is a message (a failed poll; the stream goes on), not a drop
-      if (e && e.data) return;
+      // `event: error` from the server is a message (a failed poll; the stream goes on), not a drop,
+      // unless it says the token or session ended (revoked, expired): then the server closed the
+      // stream for good and reconnecting would only be refused
+      if (e && e.data) {
+        if (endedSession(e.data)) {
+          this.closed = true;
+          source.close();
+          this.setState("reconnecting");
+        }
+        return;
+      }
       if (source.readyState === EventSource.CLOSED) this.reopenLater();
       else this.setState("reconnecting");
     };

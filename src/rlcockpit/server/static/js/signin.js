@@ -1,30 +1,38 @@
-// Sign-in links and the signed-in user in the header (docs/ui.md "Sign-in links", docs/control.md).
-//   #/signin?token=rlc_…[&next=#/run/R/tickets]   stores the token (like the token form), then
-//   replaces the address with `next` (default #/) so the token is neither bookmarked nor shared.
-// The token sits after "#": a browser never sends the fragment to the server.
-import { setToken, TOKEN_KEY } from "./api.js";
+// Sign-in links and the signed-in user in the header (docs/ui.md "Signing in", docs/control.md).
+//   #/signin?code=rlo_…[&next=#/run/R/tickets]   replaces the address with `next` (default #/),
+//   then exchanges the one-time code for an expiring session token (POST /api/session) and keeps
+//   that. The code works once: the browser's history keeps the link, but nothing usable in it.
+// The code sits after "#": a browser never sends the fragment to the server.
+import { signIn, signOut, TOKEN_KEY } from "./api.js";
 import { t } from "./i18n.js";
 import { clear, h } from "./ui.js";
 import { control, controlAvailable } from "./views/control_common.js";
 
 const DARK_BTN = { background: "#1e293b", color: "#e2e8f0", borderColor: "#334155" };
 
-// Called once before the first route is shown; true when a token was taken from the address.
-export function consumeSigninLink(loc = window.location) {
+// Called (and awaited) once before the first route is shown; true when the link signed us in.
+export async function consumeSigninLink(loc = window.location) {
   const [path, queryPart = ""] = loc.hash.replace(/^#/, "").split("?");
   if (path.replace(/\/+$/, "") !== "/signin") return false;
   const params = new URLSearchParams(queryPart);
-  const token = (params.get("token") || "").trim();
-  if (token) setToken(token);
+  const code = (params.get("code") || params.get("token") || "").trim();
   const next = params.get("next") || "";
   history.replaceState(null, "", `${loc.pathname}${loc.search}${next.startsWith("#/") ? next : "#/"}`);
-  return Boolean(token);
+  if (!code) return false;
+  try {
+    await signIn(code);
+    userState.linkError = null;
+    return true;
+  } catch (err) {
+    userState.linkError = err.message;  // used, expired or unknown: said in the header
+    return false;
+  }
 }
 
 // The header's user slot (#user-slot): "name (role)" with switch-user and sign-out, or a sign-in
 // button. It asks /api/me again only when the stored token changes (the token form, the tickets
 // page) or the header is drawn again (the language toggle).
-const userState = { shown: undefined, timer: null };
+const userState = { shown: undefined, timer: null, linkError: null };
 
 export async function mountUser() {
   if (!(await controlAvailable())) return;
@@ -54,12 +62,16 @@ async function renderUser(slot) {
     box.append(h("span", { class: "hdr-item", id: "hdr-user-name", title: t("user.signed_in_as") },
       h("b", { text: me.name }), ` (${t(`role.${me.role}`)})`),
     button("hdr-switch", t("user.switch"), () => tokenForm(slot)),
-    button("hdr-signout", t("user.sign_out"), () => { setToken(null); location.reload(); }));
+    button("hdr-signout", t("user.sign_out"), async () => { await signOut(); location.reload(); }));
   } else if (me && !me.users_exist) {
     box.append(h("span", { class: "hdr-item", id: "hdr-user-name", title: t("user.no_users_help"), text: t("user.no_users") }));
   } else {
     box.append(h("span", { class: "hdr-item", id: "hdr-user-name", text: t("user.not_signed_in") }),
       button("hdr-signin", t("user.sign_in"), () => tokenForm(slot)));
+    if (userState.linkError) {
+      box.append(h("span", { class: "hdr-item", id: "hdr-link-error", title: userState.linkError,
+        text: t("user.link_failed") }));
+    }
   }
   slot.append(box);
 }
@@ -75,11 +87,16 @@ function tokenForm(slot) {
   const form = h("form", { class: "hdr-user run-header", id: "hdr-token-form", title: t("user.token_help") }, input,
     h("button", { class: "btn small", type: "submit", id: "hdr-token-save", text: t("user.use_token"), style: DARK_BTN }),
     button("hdr-token-cancel", t("user.cancel"), (e) => { e.preventDefault(); renderUser(slot); }));
-  form.addEventListener("submit", (e) => {
+  form.addEventListener("submit", async (e) => {
     e.preventDefault();
     if (!input.value.trim()) return;
-    setToken(input.value.trim());
-    location.reload();
+    try {
+      await signIn(input.value);  // a sign-in code is exchanged for a session, a token kept
+      location.reload();
+    } catch (err) {
+      input.value = "";
+      input.placeholder = err.message;
+    }
   });
   clear(slot).append(form);
   input.focus();

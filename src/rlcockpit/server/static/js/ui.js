@@ -1,5 +1,5 @@
 // Small DOM helpers and the three states every panel has: loading, empty, error (with retry).
-import { setToken } from "./api.js";
+import { signIn } from "./api.js";
 import { t } from "./i18n.js";
 
 // h("div", {class: "x", onclick: fn, dataset: {k: v}}, child, "text", [more children])
@@ -77,9 +77,15 @@ function tokenForm(retry) {
   const input = h("input", { type: "password", id: "token-input", placeholder: t("state.token_placeholder"), autocomplete: "off" });
   const form = h("form", { class: "token-form" }, h("div", { class: "muted", text: t("state.need_token") }), input,
     h("button", { class: "btn primary", type: "submit", text: t("state.sign_in") }));
-  form.addEventListener("submit", (e) => {
+  form.addEventListener("submit", async (e) => {
     e.preventDefault();
-    setToken(input.value.trim());
+    try {
+      await signIn(input.value);  // a sign-in code (rlo_…) becomes a session; a token is kept
+    } catch (err) {
+      input.value = "";
+      input.placeholder = err.message;
+      return;
+    }
     if (retry) retry();
     else location.reload();
   });

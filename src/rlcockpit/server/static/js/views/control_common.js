@@ -1,5 +1,5 @@
 // Shared by the control-plane pages: the control API, whether the server has it, the sign-in panel.
-import { get, post, setToken } from "../api.js";
+import { get, post, signIn, signOut } from "../api.js";
 import { t } from "../i18n.js";
 import { h } from "../ui.js";
 import "./control_i18n.js";
@@ -46,13 +46,21 @@ export function fmtValue(v) {
 export function signInPanel(onChange) {
   const status = h("div", { class: "muted", id: "ctl-me", text: "…" });
   const input = h("input", { type: "password", id: "ctl-token", placeholder: "rlc_…", autocomplete: "off" });
-  const save = () => { setToken(input.value.trim()); input.value = ""; onChange(); };
+  const save = async () => {
+    try {
+      await signIn(input.value);  // a sign-in code (rlo_…) becomes a session; a token is kept
+    } catch (err) {
+      status.textContent = err.message;
+    }
+    input.value = "";
+    onChange();
+  };
   const box = h("section", { class: "panel ctl-signin" },
     h("h3", { class: "panel-title", text: t("ctl.signin") }), status,
     h("div", { class: "filters" },
       h("label", { class: "field" }, t("ctl.token"), input),
       h("button", { class: "btn primary", id: "ctl-token-save", onclick: save, text: t("ctl.save") }),
-      h("button", { class: "btn", id: "ctl-signout", onclick: () => { setToken(null); onChange(); }, text: t("ctl.signout") })),
+      h("button", { class: "btn", id: "ctl-signout", onclick: async () => { await signOut(); onChange(); }, text: t("ctl.signout") })),
     h("div", { class: "muted help", text: t("ctl.token_help") }));
   control.me().then((me) => {
     status.textContent = me.name === "anonymous" ? `${t("ctl.anonymous")}. ${me.users_exist ? "" : t("ctl.no_users")}`
