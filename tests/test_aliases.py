@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -72,8 +73,8 @@ def test_to_catalog_maps_real_keys(key, source, expected):
 
 
 def test_unknown_keys_are_kept_under_an_import_prefix_not_lost():
-    assert to_catalog("perf/throughput", "verl") is None
-    assert import_name("perf/throughput", "verl") == "import/verl/perf/throughput"
+    assert to_catalog("global_seqlen/mean", "verl") is None
+    assert import_name("global_seqlen/mean", "verl") == "import/verl/global_seqlen/mean"
     assert import_name("objective/entropy", "trl-ppo") == "import/trl-ppo/objective/entropy"
     assert import_name("rewards/acc/std", "trl-grpo") == "import/trl-grpo/rewards/acc/std"
     # a catalog name and an earlier import's name are kept as they are
@@ -102,11 +103,17 @@ def test_two_keys_meaning_one_name_keep_both_values():
 
 def test_look_alikes_of_other_meaning_stay_foreign():
     # per-token KL of a verl fork vs its distillation teacher (negative at step 1): not the
-    # reference KL; advantages' extremes and min lengths have no catalog name
-    for key in ("actor/token_kl/mean", "actor/token_kl/max", "critic/advantages/max",
-                "response_length/min", "critic/rewards/mean"):
+    # reference KL; the score minus the KL penalty, the machine's memory, the dual-clip share
+    for key in ("actor/token_kl/mean", "actor/token_kl/max", "critic/rewards/mean",
+                "perf/cpu_memory_used_gb", "actor/pg_clipfrac_lower", "global_seqlen/mean"):
         assert to_catalog(key, "verl") is None, key
     assert to_catalog("rewards/reward_fn/std", "trl-grpo") is None
+    # MiniMind GRPO's KL_ref is log pi_ref - log pi: the negative k1 estimate, not a KL
+    assert to_catalog("KL_ref", "minimind-grpo") is None
+    assert to_catalog("KL_ref", "minimind-ppo") == "kl/token_mean"  # PPO's is the k3 estimate
+    # ms-swift's reward_std is the mean within-group std; OpenRLHF's score is not the reward
+    assert to_catalog("reward_std", "ms-swift") is None
+    assert to_catalog("score", "openrlhf") is None
 
 
 def test_the_newer_key_wins_when_both_generations_are_logged():
@@ -149,7 +156,8 @@ def test_docs_list_every_alias_and_are_up_to_date():
         "docs/import_export.md is out of date: run "
         "`.venv/bin/python -m rlcockpit.integrations.aliases --update docs/import_export.md`")
     for row in ALIASES:
-        assert f"| `{row.key.replace('{component}', '<component>')}` |" in text
+        shown = re.sub(r"\{(\w+)\}", r"<\1>", row.key)
+        assert f"| `{shown}` |" in text
 
 
 def test_module_prints_the_generated_table():

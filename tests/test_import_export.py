@@ -114,9 +114,9 @@ def test_verl_file_logger_metrics_arrive_under_catalog_names(tmp_path):
     assert math.isnan(got["grad/norm/actor"][3])
     assert got["policy/loss"][3] == math.inf
     # keys without an alias are kept, marked as foreign; none keeps its verl name
-    assert got["import/verl/perf/throughput"][1] == 1500.0
+    assert got["perf/tokens_per_s_per_gpu"][1] == 1500.0  # verl's perf/throughput: per GPU
     assert got["import/verl/critic/rewards/mean"][1] == step1["critic/rewards/mean"]
-    assert got["import/verl/val-core/openai/gsm8k/reward/mean@1"] == {4: 0.55}
+    assert got["eval/reward/category/openai_gsm8k/mean"] == {4: 0.55}  # val-core/openai/gsm8k/reward/mean@1
     assert got["policy/entropy"][4] == raw[3]["data"]["actor/entropy"]  # step 4 logged twice: merged
     assert not [n for n in got if n.startswith(("actor/", "critic/"))]
     info = run_info(db)
@@ -484,7 +484,7 @@ def bad_files(tmp_path: Path) -> dict[str, tuple[list[str], Path, str]]:
         "missing step": (["--format", "jsonl-logger"], nostep, '(line 2): has "data" but no "step"'),
         "no prompt column": (["--format", "trl-completions"], noprompt, "not TRL's prompt/completion"),
         "rollout without score": (["--format", "verl-rollout"], rollout, "(line 2): lacks score"),
-        "not an event file": (["--format", "tensorboard"], garbage, "holds no scalar events"),
+        "not an event file": (["--format", "tensorboard"], garbage, "(byte offset 0): fails the CRC check"),
     }
 
 
@@ -556,7 +556,7 @@ def _write_lines(path: Path, rows: list[dict]) -> Path:
 def test_map_puts_a_custom_trainers_keys_on_catalog_names_and_derives_sequence_kl(tmp_path):
     log = _write_lines(tmp_path / "minimind.jsonl", [
         {"step": s, "Reward": -1.8 + 0.01 * s, "KL_ref": 0.002 * s, "Avg Len": 200.0 + s,
-         "Adv Std": 0.93} for s in range(1, 6)])
+         "Adv Skew": 0.93} for s in range(1, 6)])
     mapfile = tmp_path / "map.yaml"
     mapfile.write_text("Avg Len: response/length_mean\nReward: reward/max\n")
     db = tmp_path / "s.db"
@@ -566,7 +566,7 @@ def test_map_puts_a_custom_trainers_keys_on_catalog_names_and_derives_sequence_k
     assert got["reward/mean"][3] == pytest.approx(-1.77)  # --map wins over the map file
     assert got["kl/token_mean"][2] == pytest.approx(0.004)
     assert got["response/length_mean"][2] == 202.0
-    assert got["import/unknown/Adv Std"][1] == 0.93  # not mapped: kept, marked foreign
+    assert got["import/unknown/Adv Skew"][1] == 0.93  # not mapped: kept, marked foreign
     # kl/mean = kl/token_mean x response/length_mean on every step, and the summary says so
     assert got["kl/mean"][2] == pytest.approx(0.004 * 202.0)
     assert "mapped by --map: Avg Len -> response/length_mean, KL_ref -> kl/token_mean" in out
@@ -609,7 +609,7 @@ def test_older_trl_and_verl_keys_reach_the_detectors_names(tmp_path):
     assert got["policy/entropy"] == {101: 0.035}  # older verl: the entropy, despite the name
     assert got["value/mean"] == {101: 0.8} and got["value/loss"] == {101: 0.05}
     assert got["grad/norm/critic"] == {101: 19.5} and got["returns/mean"] == {101: 0.7}
-    assert got["import/verl/critic/advantages/max"] == {101: 3.1}  # no catalog name: kept
+    assert got["advantage/max"] == {101: 3.1}
 
 
 def test_an_unknown_catalog_name_in_a_map_fails_before_reading_with_close_names(tmp_path):

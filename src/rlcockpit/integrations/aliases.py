@@ -1,4 +1,8 @@
-"""The one alias table: other trainers' metric keys -> rlcockpit catalog names (DESIGN.md §4).
+"""The alias table: other trainers' metric keys -> rlcockpit catalog names (DESIGN.md §4).
+
+The rows live in one module per family of trainers (:mod:`.aliases_hf`: TRL, ms-swift;
+:mod:`.aliases_verl`: verl, NeMo-RL; :mod:`.aliases_more`: OpenRLHF, DeepSpeed-Chat, MiniMind);
+this module joins them and holds the lookup.
 
 Each row says where the foreign key is logged (file / function of the source project) and, when the
 foreign quantity is not exactly the catalog quantity, a short note that says how it differs. A key
@@ -6,14 +10,14 @@ that has no alias is never dropped: it is kept as ``import/<source>/<original ke
 visible and is clearly marked as foreign.
 
 Only aliases whose meaning matches are listed. Look-alikes that measure something else are kept
-under ``import/`` on purpose, e.g. TRL PPO's ``objective/entropy`` (a per-sequence sum of
-``-logprob``, not the mean token entropy) or verl's ``critic/rewards/mean`` (score minus the
-in-reward KL penalty).
+under ``import/`` on purpose and listed in :data:`KEPT` with the reason, e.g. TRL PPO's
+``objective/entropy`` (a per-sequence sum of ``-logprob``, not the mean token entropy) or verl's
+``critic/rewards/mean`` (score minus the in-reward KL penalty).
 
 Keys are matched as logged and, for loggers that add a prefix, also without it: the Hugging Face
 ``Trainer`` TensorBoard/W&B callbacks rewrite ``x`` to ``train/x`` and ``eval_x`` to ``eval/x``
-(transformers ``integrations.integration_utils.rewrite_logs``); OpenRLHF writes ``train/<k>``
-(``openrlhf/trainer/ppo_trainer.py``, ``save_logs_and_checkpoints``).
+(transformers ``integrations.integration_utils.rewrite_logs``); OpenRLHF and NeMo-RL write
+``train/<k>`` and OpenRLHF ``eval/<k>``.
 
 A trainer no table knows is mapped by its user (``rlcockpit import --map KEY=catalog/name``,
 :mod:`rlcockpit.integrations.keymap`); that map wins over this table in :func:`rename_keys`.
@@ -27,152 +31,30 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from functools import cache, lru_cache
 
-SOURCES = ("trl-grpo", "trl-ppo", "verl", "openrlhf")
+from rlcockpit.integrations import aliases_hf, aliases_more, aliases_verl
+from rlcockpit.integrations.aliases_row import Alias, Kept
+
+SOURCES = ("trl-grpo", "trl-ppo", "verl", "openrlhf", "ms-swift", "nemo-rl", "deepspeed-chat",
+           "minimind-grpo", "minimind-ppo")
 NATIVE_SOURCE = "rlcockpit"  # files rlcockpit exported itself: names are kept verbatim
 UNKNOWN_SOURCE = "unknown"  # no alias table matched any key
 IMPORT_PREFIX = "import/"
 
 # Where each source's keys are logged (module paths of the source projects; versions read).
-SOURCE_ORIGINS = {
-    "trl-grpo": "TRL 1.16 `trl/trainer/grpo_trainer.py`, logged through transformers `Trainer.log`",
-    "trl-ppo": "TRL 1.12 `trl/experimental/ppo/ppo_trainer.py` (`train`), through `Trainer.log`",
-    "verl": "verl `verl/trainer/ppo/` and `verl/workers/`, through `verl/utils/tracking.py`",
-    "openrlhf": "OpenRLHF `openrlhf/trainer/`, through `ppo_trainer.py` `save_logs_and_checkpoints`",
-}
-_GRPO_GEN = "`_generate` / `_generate_and_score_completions`"
-_GRPO_LOSS = "`_compute_loss`"
-_HF = "transformers `Trainer` (`_maybe_log_save_evaluate`)"
-_PPO = "`PPOTrainer.train`"
-_VERL_DATA = "`metric_utils.py` `compute_data_metrics`"
-_VERL_TIME = "`metric_utils.py` `compute_timing_metrics`"
-_VERL_ACTOR = "`workers/actor/dp_actor.py` `update_policy`"
-_VERL_CRITIC = "`workers/critic/dp_critic.py` `update_critic`"
-_VERL_WORKER = "`workers/fsdp_workers.py` `update_actor` / `update_critic`"
-_VERL_KL = "`ray_trainer.py` `apply_kl_penalty`"
-_ORLHF_ACTOR = "`ray/ppo_actor.py` `training_step`"
-_ORLHF_CRITIC = "`ray/ppo_critic.py` `training_step`"
-_ORLHF_EXP = "`ppo_utils/experience_maker.py` (experience `info`)"
+SOURCE_ORIGINS = {**aliases_hf.ORIGINS, **aliases_verl.ORIGINS, **aliases_more.ORIGINS}
+ALIASES: tuple[Alias, ...] = (*aliases_hf.ROWS, *aliases_verl.ROWS, *aliases_more.ROWS)
+KEPT: tuple[Kept, ...] = (*aliases_hf.KEPT, *aliases_verl.KEPT, *aliases_more.KEPT)
+MARKERS: dict[str, tuple[str, ...]] = dict(aliases_hf.MARKERS)  # non-metric keys that name a source
 
-@dataclass(frozen=True)
-class Alias:
-    """``key`` (as the source logs it) means the catalog metric ``target``.
-
-    A ``{component}`` placeholder in ``key`` and ``target`` makes a pattern row, e.g. TRL's
-    ``rewards/<reward function>/mean`` -> ``reward/<component>/mean``.
-    """
-
-    source: str
-    key: str
-    target: str
-    origin: str
-    note: str = ""
-
-    @property
-    def is_pattern(self) -> bool:
-        return "{component}" in self.key
-
-
-ALIASES: tuple[Alias, ...] = (
-    # --- TRL GRPOTrainer -------------------------------------------------------------------
-    Alias("trl-grpo", "reward", "reward/mean", _GRPO_GEN, "mean of the weighted sum of reward functions"),
-    Alias("trl-grpo", "reward_std", "reward/std", _GRPO_GEN,
-          "std over the batch in TRL 1.x; older releases logged the mean within-group std"),
-    Alias("trl-grpo", "frac_reward_zero_std", "reward/frac_zero_std_groups", _GRPO_GEN),
-    Alias("trl-grpo", "rewards/{component}/mean", "reward/{component}/mean", _GRPO_GEN,
-          "one per reward function, named after the function"),
-    Alias("trl-grpo", "rewards/{component}", "reward/{component}/mean", _GRPO_GEN,
-          "older TRL (0.14-0.15): the same per-function mean, logged without `/mean`"),
-    Alias("trl-grpo", "kl", "kl/token_mean", _GRPO_LOSS,
-          "k3 estimator vs the reference, mean over completion tokens (older TRL averaged per "
-          "sequence first)"),
-    Alias("trl-grpo", "entropy", "policy/entropy", _GRPO_LOSS),
-    Alias("trl-grpo", "clip_ratio/region_mean", "policy/clip_frac", _GRPO_LOSS,
-          "only tokens where the clip is active (ratio out of range on the advantage's side)"),
-    Alias("trl-grpo", "clip_ratio", "policy/clip_frac", _GRPO_LOSS, "older TRL and the Liger loss"),
-    Alias("trl-grpo", "completions/mean_length", "response/length_mean", _GRPO_GEN),
-    Alias("trl-grpo", "completion_length", "response/length_mean", _GRPO_GEN,
-          "older TRL (0.14-0.15) name of `completions/mean_length`"),
-    Alias("trl-grpo", "completions/max_length", "response/length_max", _GRPO_GEN),
-    Alias("trl-grpo", "completions/clipped_ratio", "response/truncated_frac", _GRPO_GEN,
-          "share of completions that hit the length limit without EOS"),
-    Alias("trl-grpo", "policy_loss", "policy/loss", _GRPO_LOSS, "the loss before the entropy bonus (newer TRL)"),
-    Alias("trl-grpo", "loss", "policy/loss", _HF,
-          "the total loss (surrogate + beta * KL); GRPO has no critic. Used when `policy_loss` is absent"),
-    Alias("trl-grpo", "entropy_coef", "policy/entropy_coef", _GRPO_LOSS),
-    Alias("trl-grpo", "grad_norm", "grad/norm/actor", _HF),
-    Alias("trl-grpo", "learning_rate", "optim/lr/actor", _HF),
-    Alias("trl-grpo", "eval_reward", "eval/reward/mean", _HF),
-    # --- TRL PPOTrainer (experimental PPO) ---------------------------------------------------
-    Alias("trl-ppo", "objective/kl", "kl/mean", _PPO, "sum of token KL per sequence, averaged"),
-    Alias("trl-ppo", "objective/scores", "reward/mean", _PPO, "reward-model score before the KL penalty"),
-    Alias("trl-ppo", "policy/entropy_avg", "policy/entropy", _PPO),
-    Alias("trl-ppo", "policy/approxkl_avg", "policy/approx_kl", _PPO, "k2 estimator (0.5 * logratio^2)"),
-    Alias("trl-ppo", "policy/clipfrac_avg", "policy/clip_frac", _PPO),
-    Alias("trl-ppo", "loss/policy_avg", "policy/loss", _PPO),
-    Alias("trl-ppo", "loss/value_avg", "value/loss", _PPO),
-    Alias("trl-ppo", "val/clipfrac_avg", "value/clip_frac", _PPO),
-    Alias("trl-ppo", "val/ratio", "policy/ratio_mean", _PPO),
-    Alias("trl-ppo", "lr", "optim/lr/actor", _PPO),
-    Alias("trl-ppo", "eps", "perf/samples_per_s", _PPO, "episodes (prompt + completion) per second"),
-    # --- verl ----------------------------------------------------------------------------
-    Alias("verl", "actor/pg_loss", "policy/loss", _VERL_ACTOR),
-    Alias("verl", "actor/entropy", "policy/entropy", _VERL_ACTOR),
-    Alias("verl", "actor/entropy_loss", "policy/entropy", _VERL_ACTOR,
-          "older verl: despite the name it IS the masked mean token entropy (the actor loss "
-          "subtracts entropy_coeff times it); newer verl logs the same value as `actor/entropy`"),
-    Alias("verl", "actor/ppo_kl", "policy/approx_kl", _VERL_ACTOR, "k1 estimator (old - new logprob)"),
-    Alias("verl", "actor/pg_clipfrac", "policy/clip_frac", _VERL_ACTOR),
-    Alias("verl", "actor/grad_norm", "grad/norm/actor", _VERL_ACTOR),
-    Alias("verl", "actor/kl_loss", "kl/token_mean", _VERL_ACTOR, "GRPO-style KL loss, aggregated by loss_agg_mode"),
-    Alias("verl", "actor/kl_coef", "kl/coef", _VERL_ACTOR, "KL-loss coefficient"),
-    Alias("verl", "actor/reward_kl_penalty", "kl/token_mean", _VERL_KL,
-          "KL-in-reward variant: token KL averaged per sequence, then over the batch"),
-    Alias("verl", "actor/reward_kl_penalty_coeff", "kl/coef", _VERL_KL, "KL-in-reward variant"),
-    Alias("verl", "actor/lr", "optim/lr/actor", _VERL_WORKER),
-    Alias("verl", "critic/vf_loss", "value/loss", _VERL_CRITIC),
-    Alias("verl", "critic/vf_clipfrac", "value/clip_frac", _VERL_CRITIC),
-    Alias("verl", "critic/grad_norm", "grad/norm/critic", _VERL_CRITIC),
-    Alias("verl", "critic/lr", "optim/lr/critic", _VERL_WORKER),
-    Alias("verl", "critic/vf_explained_var", "value/explained_var", _VERL_DATA),
-    Alias("verl", "critic/values/mean", "value/mean", _VERL_DATA),
-    Alias("verl", "critic/vpred_mean", "value/mean", _VERL_CRITIC,
-          "the critic's predictions during the update (mean over minibatches), not at rollout; "
-          "used when `critic/values/mean` is absent"),
-    Alias("verl", "critic/score/mean", "reward/mean", _VERL_DATA,
-          "sequence score before the in-reward KL penalty (`critic/rewards/*` is after it)"),
-    Alias("verl", "critic/score/max", "reward/max", _VERL_DATA),
-    Alias("verl", "critic/score/min", "reward/min", _VERL_DATA),
-    Alias("verl", "critic/advantages/mean", "advantage/mean", _VERL_DATA,
-          "after whitening; `critic/advantages/max|min` have no catalog name and stay under import/"),
-    Alias("verl", "critic/returns/mean", "returns/mean", _VERL_DATA),
-    Alias("verl", "response_length/mean", "response/length_mean", _VERL_DATA),
-    Alias("verl", "response_length/max", "response/length_max", _VERL_DATA),
-    Alias("verl", "response_length/clip_ratio", "response/truncated_frac", _VERL_DATA),
-    Alias("verl", "timing_s/gen", "time/rollout_s", _VERL_TIME),
-    Alias("verl", "timing_s/adv", "time/advantage_s", _VERL_TIME),
-    Alias("verl", "perf/max_memory_allocated_gb", "sys/gpu_mem_gb", _VERL_WORKER, "peak allocated memory"),
-    # --- OpenRLHF ------------------------------------------------------------------------
-    Alias("openrlhf", "policy_loss", "policy/loss", _ORLHF_ACTOR),
-    Alias("openrlhf", "actor_lr", "optim/lr/actor", _ORLHF_ACTOR),
-    Alias("openrlhf", "entropy_loss", "policy/entropy", _ORLHF_ACTOR, "the masked mean entropy, despite its name"),
-    Alias("openrlhf", "ppo_clip_ratio", "policy/clip_frac", _ORLHF_ACTOR),
-    Alias("openrlhf", "ppo_kl", "policy/approx_kl", _ORLHF_ACTOR),
-    Alias("openrlhf", "critic_loss", "value/loss", _ORLHF_CRITIC),
-    Alias("openrlhf", "values", "value/mean", _ORLHF_CRITIC),
-    Alias("openrlhf", "critic_lr", "optim/lr/critic", _ORLHF_CRITIC),
-    Alias("openrlhf", "critic_grad_norm", "grad/norm/critic", _ORLHF_CRITIC),
-    Alias("openrlhf", "reward", "reward/mean", _ORLHF_EXP),
-    Alias("openrlhf", "return", "returns/mean", _ORLHF_EXP),
-    Alias("openrlhf", "response_length", "response/length_mean", _ORLHF_EXP),
-    Alias("openrlhf", "kl", "kl/token_mean", _ORLHF_EXP, "per-sequence token mean of the KL vs the reference"),
-)
+__all__ = ["ALIASES", "KEPT", "SOURCES", "Alias", "Kept", "catalog_meanings", "detect_source",
+           "import_name", "map_keys", "rename_keys", "to_catalog"]
 
 
 def _check_sources() -> None:
-    unknown = ({a.source for a in ALIASES} | set(SOURCE_ORIGINS)) ^ set(SOURCES)
+    named = {a.source for a in ALIASES} | {k.source for k in KEPT} | set(MARKERS)
+    unknown = (named | set(SOURCE_ORIGINS)) ^ set(SOURCES)
     if unknown:
         raise ValueError(f"alias rows name unknown sources {sorted(unknown)}; known: {SOURCES}")
 
@@ -190,14 +72,8 @@ def _exact(source: str) -> dict[str, str]:
 
 
 @cache
-def _patterns(source: str) -> tuple[tuple[re.Pattern[str], str], ...]:
-    out = []
-    for row in ALIASES:
-        if row.source == source and row.is_pattern:
-            head, tail = row.key.split("{component}")
-            regex = re.compile(re.escape(head) + r"(?P<component>[^/]+)" + re.escape(tail) + r"\Z")
-            out.append((regex, row.target))
-    return tuple(out)
+def _patterns(source: str) -> tuple[tuple[re.Pattern[str], Alias], ...]:
+    return tuple((row.regex(), row) for row in ALIASES if row.source == source and row.is_pattern)
 
 
 def _candidates(key: str) -> list[str]:
@@ -215,10 +91,10 @@ def _lookup(key: str, source: str) -> str | None:
         target = _exact(source).get(candidate)
         if target is not None:
             return target
-        for regex, template in _patterns(source):
+        for regex, row in _patterns(source):
             match = regex.match(candidate)
             if match:
-                name = template.replace("{component}", match["component"])
+                name = row.render(match)
                 if is_catalog_name(name):
                     return name
     return None
@@ -256,14 +132,16 @@ def import_name(key: str, source: str) -> str:
 
 
 def _priority(key: str, source: str) -> int:
-    """Row index of the alias a key uses; earlier rows win when two keys land on one name."""
+    """Row index of the alias a key uses; earlier rows win when two keys land on one name
+    (exact rows before pattern rows)."""
     candidates = _candidates(key)
     for index, row in enumerate(ALIASES):
-        if row.source != source:
-            continue
-        if row.key in candidates:
+        if row.source == source and row.key in candidates:
             return index
-    return len(ALIASES)
+    for index, row in enumerate(ALIASES):
+        if row.source == source and row.is_pattern and any(row.regex().match(c) for c in candidates):
+            return len(ALIASES) + index
+    return 2 * len(ALIASES)
 
 
 def rename_keys(keys: Iterable[str], source: str,
@@ -301,24 +179,52 @@ def map_keys(values: Mapping[str, float], source: str,
 
 
 def detect_source(keys: Iterable[str]) -> str | None:
-    """The source whose alias table knows most of ``keys`` (ties: order of :data:`SOURCES`)."""
+    """The source whose alias table knows most of ``keys``, its marker keys (ms-swift's
+    ``remaining_time``...) counting too (ties: order of :data:`SOURCES`)."""
     keys = list(keys)
-    scores = {s: sum(1 for k in keys if _lookup(k, s) is not None) for s in SOURCES}
+    scores = {s: sum(1 for k in keys if _lookup(k, s) is not None or k in MARKERS.get(s, ()))
+              for s in SOURCES}
     best = max(SOURCES, key=lambda s: scores[s])
     return best if scores[best] > 0 else None
 
 
+def foreign_key(name: str) -> tuple[str | None, str]:
+    """(source, key as logged) of a stored ``import/<source>/<key>`` name; (None, name) else."""
+    if name.startswith(IMPORT_PREFIX):
+        source, _, key = name[len(IMPORT_PREFIX):].partition("/")
+        if key:
+            return source, key
+    return None, name
+
+
+@lru_cache(maxsize=4096)
+def catalog_meanings(name: str) -> frozenset[str]:
+    """Every catalog name ``name`` means under any trainer's table: itself when it is a catalog
+    name, else the targets of the aliases of every source that know the key (an
+    ``import/<source>/<key>`` name is looked up by its key). Empty when no table knows it."""
+    _, key = foreign_key(name)
+    if is_catalog_name(key):
+        return frozenset({key})
+    return frozenset(t for s in SOURCES if (t := _lookup(key, s)) is not None)
+
+
+def _shown(text: str) -> str:
+    return re.sub(r"\{(\w+)\}", r"<\1>", text).replace("|", "\\|")
+
+
 def aliases_markdown() -> str:
-    """The alias table as Markdown, one section per source (the generated part of the docs)."""
+    """The alias table as Markdown, one section per source (the generated part of the docs),
+    each followed by the keys it keeps under ``import/`` on purpose."""
     lines: list[str] = []
     for source in SOURCES:
         lines += [f"### {source}", "", f"Logged by {SOURCE_ORIGINS[source]}.", "",
                   "| foreign key | catalog name | logged in | note |", "| --- | --- | --- | --- |"]
-        for row in ALIASES:
-            if row.source == source:
-                key = row.key.replace("{component}", "<component>")
-                target = row.target.replace("{component}", "<component>")
-                lines.append(f"| `{key}` | `{target}` | {row.origin} | {row.note} |")
+        lines += [f"| `{_shown(r.key)}` | `{_shown(r.target)}` | {r.origin} | {r.note} |"
+                  for r in ALIASES if r.source == source]
+        kept = [k for k in KEPT if k.source == source]
+        if kept:
+            lines += ["", "Kept under `import/` on purpose:", ""]
+            lines += [f"- `{_shown(k.key)}`: {k.note}" for k in kept]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -204,6 +204,12 @@ _VALUE = _specs("value", [
      "explains. Healthy: rising toward 1; below 0 the critic is worse than a constant."),
     ("value/clip_frac", "fraction", "down",
      "Share of valid tokens where |v - v_old| exceeded the value clip range. Healthy: small."),
+    ("value/max", "return", "none",
+     "Largest critic value over the step's valid response tokens at rollout time. Context for "
+     "value/mean; values far outside the returns' range mean the critic extrapolates."),
+    ("value/min", "return", "none",
+     "Smallest critic value over the step's valid response tokens at rollout time. Context for "
+     "value/mean and value/max."),
     ("value/clip_range", "return", "none",
      "Live parameter: value clip range c of the clipped value loss (empty when disabled)."),
 ])
@@ -220,9 +226,20 @@ _ADVANTAGE = _specs("advantage", [
      "to 0.08 was the critic-overfit signal; healthy stays steady."),
     ("advantage/whitened_std", "advantage", "flat",
      "Std of the advantages after whitening. Healthy: 1 (0 when every advantage is equal)."),
+    ("advantage/max", "advantage", "none",
+     "Largest advantage over the step's valid tokens (after whitening where the trainer whitens). "
+     "Context for advantage/mean; a far outlier points to one sample dominating the update."),
+    ("advantage/min", "advantage", "none",
+     "Smallest advantage over the step's valid tokens (after whitening where the trainer "
+     "whitens). Context for advantage/mean and advantage/max."),
     ("returns/mean", "return", "up",
      "Mean GAE return (advantage + value) over valid tokens: the critic's target. Healthy: "
      "follows reward/mean upward."),
+    ("returns/max", "return", "none",
+     "Largest return over the step's valid tokens. Context for returns/mean (a return far above "
+     "the rest is a reward outlier)."),
+    ("returns/min", "return", "none",
+     "Smallest return over the step's valid tokens. Context for returns/mean and returns/max."),
 ])
 
 _RESPONSE = _specs("response", [
@@ -232,6 +249,9 @@ _RESPONSE = _specs("response", [
     ("response/length_std", "tokens", "band",
      "Std of response lengths in the step. Healthy: steady; a collapse to 0 means every answer "
      "has the same shape."),
+    ("response/length_min", "tokens", "none",
+     "Shortest response in the step; 0 or 1 means some samples answered nothing (look at them "
+     "in the sample explorer)."),
     ("response/length_max", "tokens", "none",
      "Longest response in the step; equal to rollout/max_new_tokens when something ran on."),
     ("response/truncated_frac", "fraction", "down",
@@ -255,6 +275,17 @@ _ROLLOUT = _specs("rollout", [
      "Live parameter: nucleus sampling threshold of ROLLOUT (1.0 = off)."),
     ("rollout/max_new_tokens", "tokens", "none",
      "Live parameter: response length limit of ROLLOUT; see response/truncated_frac."),
+    ("prompt/length_mean", "tokens", "none",
+     "Mean prompt length in tokens over the step's samples. Context: longer prompts cost prefill "
+     "time and can crowd the response out of the context window."),
+    ("prompt/length_max", "tokens", "none",
+     "Longest prompt of the step in tokens; equal to the trainer's prompt limit when prompts were "
+     "cut (see prompt/clip_frac)."),
+    ("prompt/length_min", "tokens", "none",
+     "Shortest prompt of the step in tokens. Context for prompt/length_mean."),
+    ("prompt/clip_frac", "fraction", "down",
+     "Share of the step's prompts whose length equals the trainer's prompt limit (cut to fit, or "
+     "exactly that long). Healthy: near 0; a cut prompt may have lost the question itself."),
 ])
 
 _GRADIENTS = _specs("gradients", [
@@ -298,6 +329,24 @@ _SYSTEM = _specs("system", [
     ("time/<phase>_s", "seconds", "down",
      "Wall time of one trainer phase (rollout, score, advantage, update, eval, diagnose, "
      "hotfix) in this step. Healthy: steady; a jump in rollout time is often memory pressure."),
+    ("time/step_s", "seconds", "down",
+     "Wall time of the whole step (all phases, waits included), as the trainer measured it. The "
+     "rate and time axes of imported runs are built from it when the log carries no clock. "
+     "Healthy: steady; a creeping rise is often longer responses or memory pressure."),
+    ("time/<phase>_ms_per_token", "ms/token", "down",
+     "Milliseconds per token of one phase: the phase's wall time over the tokens it processed "
+     "(verl: response tokens for generation, prompt + response tokens for the others). Healthy: "
+     "steady; a rise at constant lengths means the phase itself got slower."),
+    ("perf/total_tokens", "tokens", "none",
+     "Tokens (prompt + response, padding excluded) of all the step's samples: the work of the "
+     "step. Divided by time/step_s it gives the step's token throughput."),
+    ("perf/tokens_per_s_per_gpu", "tokens/s/GPU", "up",
+     "perf/total_tokens over (time/step_s x number of GPUs): throughput normalised per "
+     "accelerator (verl's perf/throughput). Healthy: steady across steps and runs of one setup."),
+    ("perf/mfu/<role>", "fraction", "up",
+     "Model FLOPs utilisation of one worker role (actor, critic...) in its update: estimated "
+     "FLOPs per second over the accelerators' promised peak. Healthy: steady; low values mean "
+     "the update waits on memory, communication or small batches."),
     ("perf/tokens_per_s", "tokens/s", "up",
      "Response tokens processed per second of the step's wall time: generated once plus "
      "trained once per PPO epoch. Healthy: steady; time/<phase>_s shows where a fall comes "
@@ -308,6 +357,9 @@ _SYSTEM = _specs("system", [
      "Resident memory of the trainer process. Healthy: flat; steady growth is a leak."),
     ("sys/gpu_mem_gb", "GB", "flat",
      "GPU memory allocated by torch (0 on CPU). Healthy: flat below the device size."),
+    ("sys/gpu_mem_reserved_gb", "GB", "flat",
+     "Peak GPU memory reserved by the torch caching allocator (allocated plus cached blocks). "
+     "Healthy: flat below the device size; growing far above sys/gpu_mem_gb is fragmentation."),
     ("sys/gpu_util", "fraction", "up",
      "GPU utilisation averaged over the step (0 on CPU). Healthy: high during rollout and "
      "update; low values mean the GPU waits on data or the host."),

@@ -15,9 +15,9 @@ model's config.json...) are left out and listed in ``ParsedImport.ignored_files`
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,16 @@ from rlcockpit import __version__
 from rlcockpit.errors import ConfigError, ImportFormatError, NotFoundError, StoreError
 from rlcockpit.integrations.aliases import SOURCES
 from rlcockpit.integrations.importers import (
+    console_dicts,
+    console_kv,
+    deepspeed_chat,
     jsonl_logger,
     rlcockpit_files,
     tensorboard,
+    trackio_db,
     trl_completions,
     verl_rollout,
+    wandb_csv,
 )
 from rlcockpit.integrations.importers._base import (
     SEQUENCE_KL_FORMULA,
@@ -37,28 +42,24 @@ from rlcockpit.integrations.importers._base import (
     SampleNumbering,
     derive_sequence_kl,
     fail,
-    iter_jsonl,
 )
+from rlcockpit.integrations.importers._detect import (
+    CONSOLE_FORMATS,
+    FILE_SUFFIXES,
+    FORMATS,
+    detect_format,
+)
+from rlcockpit.integrations.importers._detect import is_candidate as _is_candidate
+from rlcockpit.integrations.importers._detect import natural_key as _natural_key
+from rlcockpit.integrations.importers._timing import resolve_timing
 from rlcockpit.integrations.keymap import check_key_map
 from rlcockpit.records import Batch, RunInfo
 from rlcockpit.store.base import RunReader, StoreWriter
 
-FORMATS = ("trl-completions", "verl-rollout", "jsonl-logger", "tensorboard", "rlcockpit")
-FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
 BATCH_RECORDS = 20_000  # records per write transaction: bounded memory in SQLite, few commits
 
-__all__ = ["FORMATS", "ParsedImport", "detect_format", "ensure_new_run_id", "expand_paths",
+__all__ = ["CONSOLE_FORMATS", "FORMATS", "ParsedImport", "detect_format", "ensure_new_run_id", "expand_paths",
            "import_summary", "new_run_id", "read_paths", "write_import"]
-
-
-def _natural_key(path: Path) -> tuple[Any, ...]:
-    """Order ``2.jsonl`` before ``10.jsonl`` (verl names rollout files by step)."""
-    parts = re.split(r"(\d+)", path.name)
-    return (str(path.parent), [int(p) if p.isdigit() else p for p in parts])
-
-
-def _is_candidate(path: Path) -> bool:
-    return path.suffix in FILE_SUFFIXES or tensorboard.MARKER in path.name
 
 
 def expand_paths(paths: Sequence[str | Path]) -> list[tuple[Path, bool]]:
@@ -71,7 +72,7 @@ def expand_paths(paths: Sequence[str | Path]) -> list[tuple[Path, bool]]:
             found = sorted((p for p in path.rglob("*") if p.is_file() and _is_candidate(p)),
                            key=_natural_key)
             if not found:
-                raise fail(path, "", "holds no .parquet, .jsonl, .json or tfevents files",
+                raise fail(path, "", f"holds no {', '.join(FILE_SUFFIXES)} or tfevents files",
                            "Point at the files (or the folder) your trainer wrote")
             out += [(p, False) for p in found]
         elif path.is_file():
@@ -79,52 +80,6 @@ def expand_paths(paths: Sequence[str | Path]) -> list[tuple[Path, bool]]:
         else:
             raise fail(path, "", "does not exist", "Check the path")
     return out
-
-
-def detect_format(path: Path, step_key: str | None = None) -> str:
-    """The format of one file, from its name and first record; raises when nothing matches.
-    ``step_key`` (``--step-key``) lets a flat log whose step has another name be recognised."""
-    if tensorboard.sniff(path):
-        return "tensorboard"
-    if path.suffix == ".parquet":
-        return _detect_parquet(path)
-    if path.suffix == ".json" and jsonl_logger.sniff(path):  # a Trainer state, not JSON Lines
-        return "jsonl-logger"
-    _check_first_line(path)
-    if rlcockpit_files.sniff(path):
-        return "rlcockpit"
-    if verl_rollout.sniff(path):
-        return "verl-rollout"
-    if jsonl_logger.sniff(path, step_key):
-        return "jsonl-logger"
-    raise fail(path, "", "matches no known format (looked at its name and first line)",
-               f"Pass --format, one of {', '.join(FORMATS)} (a flat JSON log whose step is under "
-               "another key: --step-key KEY)")
-
-
-def _check_first_line(path: Path) -> None:
-    """Name the actual problem when a JSON Lines file cannot even be sniffed."""
-    for number, _ in iter_jsonl(path):  # raises for a bad first line, with its number
-        if number:
-            return
-    raise fail(path, "", "is empty", "Pass a file with at least one record")
-
-
-def _detect_parquet(path: Path) -> str:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    if rlcockpit_files.sniff(path):
-        return "rlcockpit"
-    try:
-        names = pq.read_schema(path).names
-    except (pa.ArrowException, OSError) as exc:
-        raise fail(path, "", f"is not a readable Parquet file ({exc})",
-                   "Pass a Parquet file written by TRL or by rlcockpit export") from exc
-    if all(c in names for c in trl_completions.TEXT_COLUMNS):
-        return "trl-completions"
-    raise fail(path, "", f"is a Parquet file with columns {names}, which no importer knows",
-               f"Pass --format, one of {', '.join(FORMATS)}")
 
 
 def _check_tensorboard_dirs(files: list[tuple[Path, str]]) -> None:
@@ -137,30 +92,51 @@ def _check_tensorboard_dirs(files: list[tuple[Path, str]]) -> None:
         )
 
 
-def _reader(fmt: str, numbering: SampleNumbering, source: str | None, key_map: Mapping[str, str],
-            step_key: str | None) -> Callable[[Path], ParsedImport]:
+@dataclass(frozen=True)
+class ReadOptions:
+    """What the command line says about reading the files (see :func:`read_paths`)."""
+
+    source: str | None = None
+    key_map: Mapping[str, str] = field(default_factory=dict)
+    step_key: str | None = None
+    source_run: str | None = None
+
+
+_TEXT_READERS = {"jsonl-logger": jsonl_logger.read_file, "console-dicts": console_dicts.read_file,
+                 "deepspeed-chat": deepspeed_chat.read_file, "console-kv": console_kv.read_file,
+                 "wandb-csv": wandb_csv.read_file}
+
+
+def _reader(fmt: str, numbering: SampleNumbering, options: ReadOptions
+            ) -> Callable[[Path], ParsedImport]:
+    source, key_map = options.source, options.key_map
     if fmt == "trl-completions":
         return lambda p: trl_completions.read_file(p, source, numbering)
     if fmt == "verl-rollout":
         return lambda p: verl_rollout.read_file(p, source, numbering)
-    if fmt == "jsonl-logger":
-        return lambda p: jsonl_logger.read_file(p, source, key_map=key_map, step_key=step_key)
+    if fmt in _TEXT_READERS:
+        return lambda p: _TEXT_READERS[fmt](p, source, key_map=key_map, step_key=options.step_key)
     if fmt == "tensorboard":
         return lambda p: tensorboard.read_file(p, source, key_map=key_map)
+    if fmt == "trackio":
+        return lambda p: trackio_db.read_file(p, source, key_map=key_map, run_name=options.source_run)
     return lambda p: rlcockpit_files.read_file(p, source)
 
 
 def read_paths(paths: Sequence[str | Path], fmt: str | None = None,
                source: str | None = None, *, key_map: Mapping[str, str] | None = None,
-               step_key: str | None = None) -> ParsedImport:
+               step_key: str | None = None, source_run: str | None = None,
+               now: float | None = None) -> ParsedImport:
     """Read and check every file; nothing is written.
 
     ``source`` forces the alias table used for metric keys (one of
     :data:`rlcockpit.integrations.aliases.SOURCES`), else it is detected. ``key_map`` is the
     user's own map (foreign key -> catalog name, see :mod:`rlcockpit.integrations.keymap`; it
     wins over the alias table); ``step_key`` names the step of flat JSON logs that keep it under
-    another key. Afterwards ``kl/mean`` is derived where only per-token KL and lengths were logged
-    (:func:`~rlcockpit.integrations.importers._base.derive_sequence_kl`).
+    another key; ``source_run`` picks one run of a multi-run file (a Trackio database).
+    Afterwards ``kl/mean`` is derived where only per-token KL and lengths were logged
+    (:func:`~rlcockpit.integrations.importers._base.derive_sequence_kl`) and the run's own clock
+    is resolved (:mod:`._timing`; ``now`` is the import moment, a synthetic clock ends there).
     """
     if fmt is not None and fmt not in FORMATS:
         raise ConfigError(f"unknown import format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -169,12 +145,17 @@ def read_paths(paths: Sequence[str | Path], fmt: str | None = None,
     key_map = check_key_map(key_map or {})
     files, ignored = _choose_files(expand_paths(paths), fmt, step_key)
     _check_tensorboard_dirs(files)
+    if source_run is not None and not any(f == "trackio" for _, f in files):
+        raise ConfigError("--source-run chooses a run inside a Trackio project database; none of "
+                          "the files is one (leave --source-run out)")
     parsed = ParsedImport(ignored_files=ignored, key_map=dict(key_map), step_key=step_key)
     numbering = SampleNumbering()
+    options = ReadOptions(source, key_map, step_key, source_run)
     for path, file_format in files:
-        parsed.merge(_reader(file_format, numbering, source, key_map, step_key)(path))
+        parsed.merge(_reader(file_format, numbering, options)(path))
     _check_sample_ids(parsed)
     derive_sequence_kl(parsed)
+    resolve_timing(parsed, time.time() if now is None else now)
     return parsed
 
 
@@ -239,6 +220,8 @@ def import_config(parsed: ParsedImport) -> dict[str, Any]:
         "step_key": parsed.step_key,
         "derived": {name: {"steps": count, "formula": DERIVED_FORMULAS.get(name, "")}
                     for name, count in sorted(parsed.derived.items())},
+        "notes": list(parsed.notes),
+        "timing": dict(parsed.timing),
         "imported_at": time.time(),
         "rlcockpit_version": __version__,
     }}
@@ -270,7 +253,20 @@ def import_summary(run_id: str, parsed: ParsedImport) -> list[str]:
     if parsed.unstored_sample_keys:
         lines.append("  sample fields with no place in a sample record (listed in the run config): "
                      + ", ".join(sorted(parsed.unstored_sample_keys)))
+    lines += [f"  {note}" for note in parsed.notes]
+    lines.append("  " + timing_line(parsed.timing))
     return lines
+
+
+def timing_line(timing: Mapping[str, Any]) -> str:
+    """How the run's wall times were found (``import.timing`` of the run config)."""
+    if not timing:
+        return ("time: the log carries no wall times or durations; the run is stamped with the "
+                "import moment (plot it by step)")
+    span = timing["ended_at"] - timing["started_at"]
+    origin = ("a synthetic start chosen so the run ends at the import moment" if timing["synthetic"]
+              else "the logged times")
+    return f"time: {span:.0f} s of training from {timing['source']}, on {origin}"
 
 
 def _batches(parsed: ParsedImport) -> list[Batch]:
@@ -303,8 +299,11 @@ def ensure_new_run_id(reader: RunReader, run_id: str) -> None:
 
 def write_import(writer: StoreWriter, parsed: ParsedImport, *, project: str, name: str,
                  run_id: str) -> RunInfo:
-    """Write ``parsed`` as one finished run. A store failure mid-way marks the run ``failed``."""
-    started = time.time()
+    """Write ``parsed`` as one finished run, with the run's own start and end when the log
+    carries time (``parsed.timing``), else the import moment. Any failure mid-way (a store
+    error, a value the store refuses) marks the run ``failed`` and is raised."""
+    timing = parsed.timing
+    started = timing.get("started_at", time.time())
     run = RunInfo(run_id=run_id, project=project, name=name, status="running", started_at=started,
                   config=import_config(parsed))
     writer.create_run(run)
@@ -312,10 +311,13 @@ def write_import(writer: StoreWriter, parsed: ParsedImport, *, project: str, nam
     try:
         for batch in _batches(parsed):
             writer.write_batch(run_id, batch)
-    except StoreError:
+    except (StoreError, OverflowError, ValueError) as exc:
         writer.set_run_status(run_id, "failed", ended_at=time.time())
-        raise
-    ended = time.time()
+        if isinstance(exc, StoreError):
+            raise
+        raise StoreError(f"the store refused a value of run {run_id} ({exc}); the run is marked "
+                         "failed", details={"run_id": run_id}) from exc
+    ended = timing.get("ended_at", time.time())
     writer.heartbeat(run_id, ended, steps[-1] if steps else None)
     writer.set_run_status(run_id, "finished", ended_at=ended)
     return RunInfo(run_id=run_id, project=project, name=name, status="finished", started_at=started,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ class ParsedImport:
     derived: dict[str, int] = field(default_factory=dict)  # derived catalog name -> steps
     key_map: dict[str, str] = field(default_factory=dict)  # the user's --map, as applied
     step_key: str | None = None  # the user's --step-key, as applied
+    notes: list[str] = field(default_factory=list)  # what a reader wants the user to know
+    elapsed: dict[int, float] = field(default_factory=dict)  # step -> seconds since the run began
+    timing: dict[str, Any] = field(default_factory=dict)  # how wall times were found (_timing.py)
 
     def add_metric(self, step: int, name: str, value: float, wall_time: float = 0.0) -> None:
         """Last write wins for a repeated (step, name), as in TensorBoard and the file loggers."""
@@ -59,6 +63,8 @@ class ParsedImport:
         self.skipped.update(other.skipped)
         self.unstored_sample_keys |= other.unstored_sample_keys
         self.ignored_files.update(other.ignored_files)
+        self.notes.extend(other.notes)
+        self.elapsed.update(other.elapsed)
         for name, count in other.derived.items():
             self.derived[name] = self.derived.get(name, 0) + count
 
@@ -117,22 +123,115 @@ def derive_sequence_kl(parsed: ParsedImport) -> int:
     return count
 
 
+INT64 = (-(2**63), 2**63 - 1)  # the store's step column (SQLite INTEGER, ClickHouse Int64)
+MAX_DEPTH = 64  # nesting a log line may have; deeper input is refused before it is parsed
+
+
 def as_step(value: Any, path: Path | str, where: str) -> int:
-    """An integer step from an int, an integral float or a digit string (TRL's W&B table)."""
+    """An integer step from an int, an integral float, a digit string (TRL's W&B table) or a
+    ``"N/M"`` progress string (ms-swift's ``global_step/max_steps``); it must fit in int64."""
     if isinstance(value, bool):
         value = None
     if isinstance(value, float) and math.isfinite(value) and value == int(value):
         value = int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value.strip())
+    if isinstance(value, str):
+        text = value.strip().split("/")[0] if value.count("/") == 1 else value.strip()
+        value = int(text) if text.lstrip("-").isdigit() and len(text) < 30 else value
     if not isinstance(value, int):
         raise fail(path, where, f"the step {value!r} is not an integer",
                    "Each record needs an integer training step")
+    if not INT64[0] <= value <= INT64[1]:
+        raise fail(path, where, f"the step {value} does not fit in a 64-bit integer",
+                   "A training step is a count of iterations; check that the step key holds one")
     return value
 
 
+class _OutOfRange(ValueError):
+    """A JSON number that no float can hold (1e400, or an integer of hundreds of digits)."""
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # json.loads would silently turn 1e400 into inf
+        raise _OutOfRange(text)
+    return value
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > 308:  # beyond float64 (and Python's int-parsing digit limit)
+        raise _OutOfRange(text[:20] + "...")
+    return int(text)
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest bracket nesting of a JSON or Python-literal text, outside quoted strings.
+
+    Recursive parsers (``json``, ``ast``) overflow the stack on 100k nested brackets; counting
+    first lets such input be refused with a message. Lines with few brackets skip the scan.
+    """
+    if text.count("[") + text.count("{") + text.count("(") <= MAX_DEPTH:
+        return 0
+    depth = deepest = 0
+    quote, escaped = "", False
+    for char in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]})":
+            depth -= 1
+    return deepest
+
+
+def loads_json(text: str, path: Path | str, where: str) -> Any:
+    """``json.loads`` that fails with an :class:`ImportFormatError` naming ``where`` for bad
+    JSON, nesting deeper than :data:`MAX_DEPTH` and numbers beyond the float range."""
+    if nesting_depth(text) > MAX_DEPTH:
+        raise fail(path, where, f"nests brackets deeper than {MAX_DEPTH} levels",
+                   "A training log holds flat or shallow records; pass the trainer's own log file")
+    try:
+        return json.loads(text, parse_float=_parse_float, parse_int=_parse_int)
+    except _OutOfRange as exc:
+        raise fail(path, where, f"holds the number {exc}, beyond the range of a float",
+                   "Write non-finite values as NaN / Infinity, or fix the value") from exc
+    except json.JSONDecodeError as exc:
+        raise fail(path, where, f"is not valid JSON ({exc.msg})",
+                   "Each line must be one complete JSON object (JSON Lines)") from exc
+    except (RecursionError, ValueError) as exc:
+        raise fail(path, where, f"cannot be parsed as JSON ({type(exc).__name__})",
+                   "Pass the trainer's own log file") from exc
+
+
+def try_loads_json(text: str) -> Any:
+    """The JSON value of ``text``, or None when it is not (safely) parseable; for sniffers."""
+    try:
+        return loads_json(text, "", "")
+    except ImportFormatError:
+        return None
+
+
+_FLOAT_MAX_INT = int(sys.float_info.max)
+
+
+def metric_value(value: Any, path: Path | str, where: str, key: str) -> float | None:
+    """The float of a logged value (:func:`decode_float`), None for text and lists; an integer
+    beyond the float range is refused (``float()`` would raise OverflowError mid-import)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX_INT:
+        raise fail(path, where, f"{key!r} holds an integer of {len(str(abs(value)))} digits, "
+                   "beyond the range of a float", "Fix the value or leave the key out")
+    return decode_float(value)
+
+
 def as_number(value: Any, path: Path | str, where: str, what: str) -> float:
-    number = decode_float(value)
+    number = metric_value(value, path, where, what)
     if number is None:
         raise fail(path, where, f"{what} is {value!r}, not a number",
                    'Use a JSON number (NaN/inf as "NaN", "Infinity", "-Infinity")')
@@ -159,11 +258,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     for number, line in _lines(path):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise fail(path, f"line {number}", f"is not valid JSON ({exc.msg})",
-                       "Each line must be one complete JSON object (JSON Lines)") from exc
+        obj = loads_json(line, path, f"line {number}")
         if not isinstance(obj, dict):
             raise fail(path, f"line {number}", f"holds a JSON {type(obj).__name__}, not an object",
                        "Each line must be one JSON object")
@@ -176,9 +271,9 @@ def first_object(path: Path) -> dict[str, Any] | None:
         with path.open(encoding="utf-8") as handle:
             for line in handle:
                 if line.strip():
-                    obj = json.loads(line)
+                    obj = try_loads_json(line)
                     return obj if isinstance(obj, dict) else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError):
         return None
     return None
 

@@ -5,8 +5,14 @@ Shapes read (one per line of a JSON Lines file, mixed freely):
 * verl's ``file`` logger backend (``trainer.logger=[...,'file']``, path from
   ``VERL_FILE_LOGGER_PATH``; ``verl/utils/tracking.py``): ``{"step": 3, "data": {"actor/pg_loss": ...}}``;
 * a flat dict with the step among the metrics, as a W&B-style logger writes it — the step under
-  ``step``, ``global_step``, ``_step`` or OpenRLHF's ``train/global_step``
-  (``openrlhf/trainer/ppo_trainer.py`` logs ``{"train/<k>": v, "train/global_step": step}``).
+  ``step``, ``global_step``, ``_step``, OpenRLHF's ``train/global_step``
+  (``openrlhf/trainer/ppo_trainer.py`` logs ``{"train/<k>": v, "train/global_step": step}``) or
+  ms-swift's ``global_step/max_steps`` (``"12/500"``, in its ``logging.jsonl``,
+  ``swift/trainers/patcher.py``).
+
+Clock keys are read as the run's clock, not as metrics (:mod:`._timing`): ``_timestamp``,
+``timestamp``, ``wall_time`` (wall time of the line), W&B's ``_runtime`` and ms-swift's
+``elapsed_time`` (seconds since the start).
 
 Values may be numbers, booleans (0/1) or the non-finite strings of
 :mod:`rlcockpit.records` (Python's bare ``NaN``/``Infinity`` tokens are read too).
@@ -25,7 +31,6 @@ so every TRL run has one): its ``log_history`` is a list of exactly such flat di
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,11 +42,15 @@ from rlcockpit.integrations.importers._base import (
     fail,
     first_object,
     iter_jsonl,
+    loads_json,
+    metric_value,
+    try_loads_json,
 )
+from rlcockpit.integrations.importers._timing import ClockReading, pop_clock, settle_clock
 from rlcockpit.records import decode_float
 
 FORMAT = "jsonl-logger"
-STEP_KEYS = ("step", "global_step", "_step", "train/global_step")
+STEP_KEYS = ("step", "global_step", "_step", "train/global_step", "global_step/max_steps")
 WALL_TIME_KEYS = ("_timestamp", "timestamp", "wall_time")
 
 
@@ -94,8 +103,8 @@ def _split_line(obj: dict[str, Any], path: Path, where: str, step_key: str | Non
 def _log_history(path: Path) -> list[Any] | None:
     """The ``log_history`` list of a Trainer state file, or None when the file is not one."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        doc = try_loads_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
         return None
     history = doc.get("log_history") if isinstance(doc, dict) else None
     return history if isinstance(history, list) else None
@@ -107,8 +116,12 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         for number, obj in iter_jsonl(path):
             yield f"line {number}", obj
         return
-    history = _log_history(path)
-    if history is None:
+    try:
+        doc = loads_json(path.read_text(encoding="utf-8"), path, "")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(path, "", f"cannot be read as UTF-8 text ({exc})", "Pass trainer_state.json") from exc
+    history = doc.get("log_history") if isinstance(doc, dict) else None
+    if not isinstance(history, list):
         raise fail(path, "", "is not a Trainer state file (no log_history list)",
                    "Pass trainer_state.json, or a JSON Lines log with the .jsonl suffix")
     for index, obj in enumerate(history):
@@ -121,12 +134,16 @@ def read_file(path: Path, source: str | None, *, key_map: Mapping[str, str] | No
               step_key: str | None = None) -> ParsedImport:
     parsed = ParsedImport()
     rows: dict[int, dict[str, tuple[float, float]]] = {}
+    clock: dict[int, ClockReading] = {}
     records = 0
     for where, obj in _records(path):
         step, values, wall = _split_line(obj, path, where, step_key)
+        reading = pop_clock(values)
+        if reading is not None:
+            clock[step] = reading
         row = rows.setdefault(step, {})
         for key, raw in values.items():
-            value = decode_float(raw)
+            value = metric_value(raw, path, where, key)
             if value is None:
                 parsed.skipped[key] += 1
                 continue
@@ -134,6 +151,7 @@ def read_file(path: Path, source: str | None, *, key_map: Mapping[str, str] | No
         records += 1
     if not records:
         raise fail(path, "", "holds no records", "Pass a non-empty file-logger file")
+    settle_clock(clock, rows, parsed)
     used = add_foreign_steps(parsed, rows, source, key_map)
     parsed.files.append({"path": str(path.resolve()), "format": FORMAT, "source": used,
                          "records": records, "steps": len(rows)})

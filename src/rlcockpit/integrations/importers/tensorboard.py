@@ -7,10 +7,17 @@ orphaned by a restart from an earlier checkpoint. Scalar summaries (``add_scalar
 float32, so imported values carry float32 precision. Tags are renamed through the alias table
 after the usual logger prefixes (``train/`` from the Hugging Face Trainer and OpenRLHF) are
 recognised; the wall time of each point is kept.
+
+Every record's framing is checked first (:func:`check_records`): a record is an 8-byte length, the
+masked CRC-32C of the length, the data and the masked CRC-32C of the data (TFRecord). A bad CRC,
+an impossible length or a truncated record fails the import, naming the file and the byte
+offset: TensorBoard's own reader stops silently at the first bad record, which would import the
+steps before it as if they were the whole run.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +30,43 @@ MARKER = "tfevents"
 
 def sniff(path: Path) -> bool:
     return MARKER in path.name
+
+
+def _check_crc(path: Path, offset: int, what: str, data: bytes, stored: bytes) -> None:
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    if struct.unpack("<I", stored)[0] != masked_crc32c(data):
+        raise fail(path, f"byte offset {offset}", f"fails the CRC check of its {what}",
+                   "The event file is damaged; copy it again from the training machine "
+                   "(nothing was imported)")
+
+
+def check_records(path: Path) -> int:
+    """The number of records of an event file; raises at the first damaged one."""
+    try:
+        size = path.stat().st_size
+        handle = path.open("rb")
+    except OSError as exc:
+        raise fail(path, "", f"cannot be read ({exc.strerror})", "Check the path and permissions") from exc
+    count, offset = 0, 0
+    with handle:
+        while offset < size:
+            header = handle.read(12)
+            if len(header) < 12:
+                raise fail(path, f"byte offset {offset}", f"ends inside a record header "
+                           f"({len(header)} of 12 bytes)", "The file was cut short (a copy or "
+                           "a crash while writing); nothing was imported")
+            _check_crc(path, offset, "length", header[:8], header[8:])
+            length = struct.unpack("<Q", header[:8])[0]
+            if length > size - offset - 16:
+                raise fail(path, f"byte offset {offset}", f"declares a record of {length} bytes "
+                           f"but only {max(size - offset - 16, 0)} follow", "The file was cut short; "
+                           "nothing was imported")
+            data, stored = handle.read(length), handle.read(4)
+            _check_crc(path, offset, "data", data, stored)
+            offset += 16 + length
+            count += 1
+    return count
 
 
 def _accumulator(path: Path) -> Any:
@@ -63,6 +107,7 @@ def _rows(acc: Any) -> dict[int, dict[str, tuple[float, float]]]:
 def read_file(path: Path, source: str | None, *,
               key_map: Mapping[str, str] | None = None) -> ParsedImport:
     parsed = ParsedImport()
+    check_records(path)
     rows = _rows(_accumulator(path))
     if not rows:
         raise fail(path, "", "holds no scalar events (empty, corrupt or not an event file)",
