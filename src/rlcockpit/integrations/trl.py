@@ -73,14 +73,15 @@ class RlcockpitCallback(TrainerCallback):
     ``DiagnosticsConfig``, None for the defaults, or False; ``background_diagnostics``: run the
     detectors beside the training thread, their actions one or two logged steps later (default: in
     it, actions on the step that raised them);
-    ``token_arrays``: the telemetry's ``TokenArrayPolicy``."""
+    ``token_arrays``: the telemetry's ``TokenArrayPolicy``; ``force``: with ``resume``, take over the
+    run's lease even from a live holder (docs/telemetry.md, "One writer per run")."""
 
     def __init__(self, *, trainer: Any = None, store: str = "sqlite:///rlcockpit.db", project: str = "trl",
                  name: str | None = None, run_id: str | None = None, resume: bool = False, control: Any = True,
                  diagnostics: Any = None, background_diagnostics: bool = False,
-                 token_arrays: Any = None) -> None:
+                 token_arrays: Any = None, force: bool = False) -> None:
         self.trainer, self.store, self.project, self.name, self.run_id = trainer, store, project, name, run_id
-        self.resume = resume
+        self.resume, self.force = resume, force
         self.control_cfg, self.diagnostics_cfg, self.token_arrays = control, diagnostics, token_arrays
         self.run: Any = None
         self.link: Any = None  # the control link (tickets and commands) when control is on
@@ -112,7 +113,7 @@ class RlcockpitCallback(TrainerCallback):
         opened = open_store(self.store)
         self.run = init(project=self.project, name=self.name or f"{algo}-{args.run_name or 'trl'}", store=opened,
                         run_id=self.run_id, resume=self.resume, config=_config_of(args, algo),
-                        token_arrays=self.token_arrays, lease=LeaseOptions(kind="trl"))
+                        token_arrays=self.token_arrays, lease=LeaseOptions(kind="trl"), force=self.force)
         if self.control_cfg:
             cfg = self.control_cfg if isinstance(self.control_cfg, ControlConfig) else ControlConfig()
             if trainer is None:  # callbacks=[...]: what the Trainer hands its callbacks is enough for the lr
