@@ -19,16 +19,24 @@ EPILOG = """examples:
   rlcockpit doctor --store runs.db --run NEW --baseline GOOD      (compare with a good run)
   rlcockpit doctor --store new.db --baseline sqlite:///old.db#GOOD
 
-Exit code 2 when a red or black finding exists (use it to fail a CI job), 0 otherwise.
-Imported TRL / verl / TensorBoard runs get the same diagnosis: their metric keys are renamed to
-catalog names by the alias table on import, or by --map / --map-file for a custom trainer
-(docs/import_export.md). The coverage table says which detectors ran, which were skipped, and
-which of the inputs they read the run lacks."""
+Exit code 2 when a red or black finding exists (use it to fail a CI job), 3 when the store or an
+--import file cannot be read (a damaged store, a malformed log), 0 otherwise (a bad option or an
+unknown run: 2, with the error).
+Imported TRL / verl / OpenRLHF / DeepSpeed-Chat / W&B / Trackio / TensorBoard runs and console logs
+get the same diagnosis: their metric keys are renamed to catalog names by the alias table on
+import, or by --map / --map-file for a custom trainer (docs/import_export.md). For an imported run
+the report lists every key it did not understand (kept under import/) with the catalog names it
+may mean, says when the step was derived from row order, and counts the detectors whose inputs
+the log carries under any trainer's name and how many of them ran. The coverage table says which
+detectors ran, which were skipped, and which of the inputs they read the run lacks."""
+
+EXIT_UNREADABLE = 3  # the store or an --import file cannot be read: no diagnosis was possible
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "doctor", help="diagnose a stored or imported run (exit 2 on red/black findings)",
+        "doctor", help="diagnose a stored or imported run (exit 2 on red/black findings, 3 when "
+                       "the store or input cannot be read)",
         description="Replay a run's metrics and samples through the diagnostics engine and report "
                     "incidents, findings, their first-moving signal and the failure-library entries.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,6 +75,23 @@ def load_diagnostics_config(path: str | None, overrides: list[str]) -> Any:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    """Exit 3 when the store or an imported file cannot be read: a damaged store must never
+    read as "no failure detected" (docs/cli.md)."""
+    import sys
+
+    from rlcockpit.errors import ImportFormatError, StoreError
+
+    try:
+        return _doctor(args)
+    except (StoreError, ImportFormatError) as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        print(f"doctor: no diagnosis (exit {EXIT_UNREADABLE}): the "
+              f"{'input' if isinstance(exc, ImportFormatError) else 'store'} cannot be read",
+              file=sys.stderr)
+        return EXIT_UNREADABLE
+
+
+def _doctor(args: argparse.Namespace) -> int:
     from rlcockpit.diagnostics import report as reports
     from rlcockpit.store import open_store
 
@@ -75,27 +100,68 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         ref = args.baseline if "#" in args.baseline else f"{args.store}#{args.baseline}"
         overrides.append(f"diagnostics.baseline={ref}")
     config = load_diagnostics_config(args.config, overrides)
-    if not args.import_paths and (args.key_map or args.map_file or args.step_key):
+    if not args.import_paths and (args.key_map or args.map_file or args.step_key or args.source_run):
         from rlcockpit.errors import ConfigError
 
-        raise ConfigError("--map, --map-file and --step-key apply to --import PATH; a stored run "
-                          "keeps the names it was imported with (re-import it to remap)")
+        raise ConfigError("--map, --map-file, --step-key and --source-run apply to --import PATH; a "
+                          "stored run keeps the names it was imported with (re-import it to remap)")
     run_id = _import(args) if args.import_paths else None
     reader = open_store(args.store, create=False).reader()
     try:
         run_id = run_id or args.run or _newest_run(reader, args.store)
+        _check_store(reader, run_id, args.store)
         result = _diagnose(reader, run_id, config, args)
+        names = reader.metric_names(run_id)
     finally:
         reader.close()
+    logged = import_report(result, names)
     if args.html:
         Path(args.html).write_text(reports.to_html(result), encoding="utf-8")
     if args.markdown:
         Path(args.markdown).write_text(reports.to_markdown(result), encoding="utf-8")
     if args.json:
-        print(json.dumps(reports.to_json(result), ensure_ascii=False, indent=2))
+        print(json.dumps({**reports.to_json(result), "import": logged}, ensure_ascii=False, indent=2))
     else:
-        print_report(result, args)
+        print_report(result, args, logged)
     return result.exit_code
+
+
+def _check_store(reader: Any, run_id: str, store: str) -> None:
+    """Read the run's step index once: damaged pages raise here (StoreError) instead of being
+    skipped by a replay that would then report "No failure detected"."""
+    from rlcockpit.errors import StoreError
+
+    try:
+        reader.summary(run_id)
+    except StoreError as exc:
+        raise StoreError(f"the store {store} cannot be read for run {run_id} ({exc.message}); it may "
+                         "be damaged: check it with `sqlite3 FILE 'PRAGMA integrity_check'` and "
+                         "restore it from a copy", details=exc.details) from exc
+
+
+def import_report(result: Any, names: list[str]) -> dict[str, Any]:
+    """What doctor says about an imported run: its keys kept under import/ with the catalog
+    names they may mean, where its steps came from, and the detectors measured against what the
+    log carries (:func:`rlcockpit.diagnostics.coverage.logged_coverage`)."""
+    from rlcockpit.diagnostics.coverage import logged_coverage
+    from rlcockpit.integrations.aliases import catalog_meanings, kept_note
+    from rlcockpit.integrations.keymap import suggest_names
+
+    info = (result.run.config or {}).get("import") or {}
+    unknown = sorted(n for n in names if n.startswith("import/"))
+    logged = logged_coverage(result.coverage, names, catalog_meanings)
+    return {
+        "imported": bool(info),
+        "keys_not_understood": [{"key": n, "kept_on_purpose": kept_note(n) or "",
+                                 "may_mean": [] if kept_note(n) else suggest_names(n)} for n in unknown],
+        "step_from_row_order": [f["path"] for f in info.get("files", []) if f.get("step_from")],
+        "notes": list(info.get("notes", [])),
+        "timing": info.get("timing") or {},
+        "logged_coverage": {
+            "summary": logged.line(), "carried": logged.carried, "ran": logged.ran,
+            "missed": [{"detector": d.detector, "carried": [list(c) for c in d.carried],
+                        "renamed": [list(c) for c in d.renamed]} for d in logged.missed]},
+    }
 
 
 def _diagnose(reader: Any, run_id: str, config: Any, args: argparse.Namespace) -> Any:
@@ -138,7 +204,8 @@ def _import(args: argparse.Namespace) -> str:
     )
     from rlcockpit.store import open_store
 
-    parsed = read_paths(args.import_paths, key_map=key_map_from_args(args), step_key=args.step_key)
+    parsed = read_paths(args.import_paths, key_map=key_map_from_args(args), step_key=args.step_key,
+                        source_run=args.source_run)
     store = open_store(args.store)
     writer = store.writer()
     try:
@@ -168,7 +235,42 @@ def print_coverage(console: Any, result: Any) -> None:
     console.print(table)
 
 
-def print_report(result: Any, args: argparse.Namespace) -> None:
+def print_import(console: Any, logged: dict[str, Any]) -> None:
+    """The imported run's keys not understood, step origin, clock and logged coverage."""
+    from rlcockpit.integrations.importers import timing_line
+
+    if not logged["imported"] and not logged["keys_not_understood"]:
+        return
+    console.print("\n[bold]Import[/]")
+    for path in logged["step_from_row_order"]:
+        console.print(f"  [yellow]step derived from row order[/] in {path}: step N is the N-th "
+                      "record, not the trainer's global step")
+    if logged["imported"]:
+        console.print("  " + timing_line(logged["timing"]), highlight=False)
+    keys = logged["keys_not_understood"]
+    if keys:
+        console.print(f"  {len(keys)} keys not understood (kept under import/; map one with "
+                      "--map KEY=catalog/name):")
+    for entry in keys:
+        hint = (f"kept on purpose: {entry['kept_on_purpose']}" if entry["kept_on_purpose"]
+                else "may mean " + (", ".join(entry["may_mean"]) or "nothing in the catalog"))
+        console.print(f"    {entry['key']}  [dim]{hint}[/]", highlight=False)
+    cov = logged["logged_coverage"]
+    console.print(f"  {cov['summary']}")
+    needing_more = []
+    for missed in cov["missed"]:
+        if not missed["renamed"]:
+            needing_more.append(missed["detector"])
+            continue
+        how = ", ".join(f"{read} as {key}" for read, key in missed["renamed"])
+        console.print(f"    {missed['detector']} should have run: the log carries {how} "
+                      "(under a foreign name; --map it)", highlight=False)
+    if needing_more:
+        console.print(f"    did not run although the log carries some of their inputs (they "
+                      f"need more of them): {', '.join(needing_more)}", highlight=False)
+
+
+def print_report(result: Any, args: argparse.Namespace, logged: dict[str, Any] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -198,6 +300,8 @@ def print_report(result: Any, args: argparse.Namespace) -> None:
             console.print(f"  library: [cyan]{p}[/] {t['en']} / {t['zh']}  "
                           f"[dim](rlcockpit library show {p})[/]")
     print_coverage(console, result)
+    if logged:
+        print_import(console, logged)
     for name, error in result.errors.items():
         console.print(f"[red]detector {name} failed and was switched off:[/] {error}")
     for label, path in (("HTML", args.html), ("Markdown", args.markdown)):

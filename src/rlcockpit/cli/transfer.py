@@ -16,7 +16,10 @@ from rlcockpit.errors import ConfigError
 from rlcockpit.integrations.aliases import SOURCES as IMPORT_SOURCES
 from rlcockpit.integrations.export import FORMATS as EXPORT_FORMATS
 from rlcockpit.integrations.export import WHATS as EXPORT_WHATS
+from rlcockpit.integrations.importers import CONSOLE_FORMATS
 from rlcockpit.integrations.importers import FORMATS as IMPORT_FORMATS
+
+CONSOLE_AND_DATABASE_FORMATS = (*CONSOLE_FORMATS, "wandb-csv", "trackio")  # not followed live
 
 EXPORT_EPILOG = """examples:
   rlcockpit export --store sqlite:///rlcockpit.db --run RUN --what metrics --format jsonl
@@ -32,14 +35,20 @@ IMPORT_EPILOG = """examples:
   rlcockpit import --store runs.db --format tensorboard runs/May01_12-00-00_host/
   rlcockpit import --store runs.db train_log.jsonl --map Reward=reward/mean --map KL_ref=kl/token_mean
   rlcockpit import --store runs.db fragments.jsonl --step-key episode --map-file my_trainer.yaml
+  rlcockpit import --store runs.db train.log          (console: TRL dicts, OpenRLHF, DeepSpeed-Chat, MiniMind)
+  rlcockpit import --store runs.db history.csv        (a W&B run history exported as CSV)
+  rlcockpit import --store runs.db my-project.db --source-run brave-sunset-0   (Trackio)
   rlcockpit import --store runs.db --follow verl_logs/ rollouts/   (live, while verl writes them)
 
 Metric keys are renamed to catalog names through the alias table (docs/import_export.md), or
 your own --map / --map-file for a custom trainer (it wins over the table); keys without either
 are kept as import/<source>/<key>. Where only per-token KL and mean lengths were logged, the
 per-sequence KL kl/mean = kl/token_mean x response/length_mean is derived (never over a logged
-kl/mean) and the summary says so. Every file is read and checked before
-anything is written: a malformed file stops the import with exit code 2 and no run is created."""
+kl/mean) and the summary says so. A console log without steps is numbered by row order, and the
+summary says that too. The run keeps the log's own clock (logged wall times, elapsed seconds or
+per-step durations). Every file is read and checked before anything is written: a malformed file
+(a damaged TensorBoard record, a step beyond int64, 100k nested brackets...) stops the import with
+exit code 2 and no run is created."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,7 +73,8 @@ def _register_export(subparsers: argparse._SubParsersAction) -> None:
 
 def _register_import(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "import", help="import TRL / verl / OpenRLHF / TensorBoard logs as a run",
+        "import", help="import TRL / verl / OpenRLHF / DeepSpeed-Chat / W&B / Trackio / TensorBoard "
+                       "logs or console output as a run",
         description="Import foreign training logs (or an rlcockpit export) into a store as one "
                     "finished run; with --follow, as a live run while the trainer writes them.",
         epilog=IMPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -99,15 +109,18 @@ def _register_import(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_mapping_arguments(p: argparse.ArgumentParser) -> None:
-    """--map, --map-file and --step-key (shared with `rlcockpit doctor --import`)."""
+    """--map, --map-file, --step-key and --source-run (shared with `rlcockpit doctor --import`)."""
     p.add_argument("--map", dest="key_map", action="append", default=[],
                    metavar="FOREIGN_KEY=CATALOG_NAME",
                    help="store a foreign key under a catalog name, e.g. KL_ref=kl/token_mean "
                         "(repeatable; wins over the alias table)")
-    p.add_argument("--map-file", default=None, metavar="FILE.yaml",
-                   help="YAML mapping of foreign keys to catalog names (--map entries win)")
+    p.add_argument("--map-file", default=None, metavar="FILE",
+                   help="YAML (or .json) mapping of foreign keys to catalog names (--map entries win)")
     p.add_argument("--step-key", default=None, metavar="KEY",
-                   help="the key that holds the step in flat JSON logs (e.g. episode)")
+                   help="the key that holds the step in flat JSON logs, W&B CSV or console lines "
+                        "(e.g. episode)")
+    p.add_argument("--source-run", default=None, metavar="NAME",
+                   help="the run to read from a file that holds several (a Trackio project database)")
 
 
 def key_map_from_args(args: argparse.Namespace) -> dict[str, str]:
@@ -148,12 +161,17 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     from rlcockpit.store import open_store
 
+    if args.follow and args.fmt in CONSOLE_AND_DATABASE_FORMATS:
+        raise ConfigError(f"--follow does not read {args.fmt} files; import them when the run ends")
+    if args.follow and args.source_run:
+        raise ConfigError("--source-run reads a Trackio database, which --follow does not follow")
     if args.follow:
         return cmd_follow(args)
     if args.state or args.idle_exit is not None or args.no_diagnostics:
         raise ConfigError("--state, --idle-exit and --no-diagnostics work with --follow only; add --follow")
     parsed = read_paths(args.paths, fmt=args.fmt, source=args.source,  # validate before writing
-                        key_map=key_map_from_args(args), step_key=args.step_key)
+                        key_map=key_map_from_args(args), step_key=args.step_key,
+                        source_run=args.source_run)
     store = open_store(args.store)
     writer, reader = store.writer(), store.reader()
     try:

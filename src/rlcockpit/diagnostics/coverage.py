@@ -9,12 +9,13 @@ of a silent "no finding".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rlcockpit.diagnostics.base import Detector
 
 SAMPLES_INPUT = "samples"
+FOREIGN_PREFIX = "import/"  # how the importers store a key no alias table maps
 RAN, SKIPPED, ERROR = "ran", "skipped", "error"
 
 
@@ -113,3 +114,77 @@ def coverage_rows(coverage: Sequence[DetectorCoverage], steps: int) -> list[tupl
             lacks = f"(partial) {lacks}"
         rows.append((c.detector, c.family, state, lacks))
     return rows
+
+
+@dataclass(frozen=True)
+class CarriedInputs:
+    """One detector measured against what the log carries. ``carried`` pairs each input the
+    detector reads with the logged name that carries it under any trainer's name (the catalog
+    name itself, or a foreign ``import/...`` key that some alias table maps to it)."""
+
+    detector: str
+    ran: bool
+    carried: tuple[tuple[str, str], ...]
+    missing: tuple[str, ...]
+
+    @property
+    def should_have_run(self) -> bool:
+        """The log carries an input the detector reads, yet it never ran."""
+        return bool(self.carried) and not self.ran
+
+    @property
+    def renamed(self) -> tuple[tuple[str, str], ...]:
+        """The carried inputs that arrived under a foreign ``import/...`` name (a ``--map`` or an
+        alias would bring them to the detector)."""
+        return tuple((read, key) for read, key in self.carried if key.startswith(FOREIGN_PREFIX))
+
+
+@dataclass(frozen=True)
+class LoggedCoverage:
+    """Every detector against the log: how many could read something, and how many ran."""
+
+    detectors: tuple[CarriedInputs, ...]
+
+    @property
+    def carried(self) -> int:
+        return sum(bool(d.carried) for d in self.detectors)
+
+    @property
+    def ran(self) -> int:
+        return sum(bool(d.carried) and d.ran for d in self.detectors)
+
+    @property
+    def missed(self) -> tuple[CarriedInputs, ...]:
+        return tuple(d for d in self.detectors if d.should_have_run)
+
+    def line(self) -> str:
+        return f"detectors whose inputs the log carries: {self.carried}, ran: {self.ran}"
+
+
+def _carrier(read: str, carriers: dict[str, str]) -> str | None:
+    if read.endswith("/"):
+        return next((key for name, key in sorted(carriers.items()) if name.startswith(read)), None)
+    return carriers.get(read)
+
+
+def logged_coverage(coverage: Sequence[DetectorCoverage], logged_keys: Iterable[str],
+                    meanings: Callable[[str], Iterable[str]]) -> LoggedCoverage:
+    """Measure a replay's detector coverage against what the log carries (pure).
+
+    ``logged_keys`` are the run's metric names as stored (catalog names and ``import/<source>/
+    <key>`` names); ``meanings(key)`` gives the catalog names a key means under any trainer's
+    alias table — :func:`rlcockpit.integrations.aliases.catalog_meanings` (itself for a catalog
+    name, empty for a key no table knows). A detector's metric input is *carried* when some
+    logged key means it; a catalog name is preferred over a foreign key as the carrier.
+    """
+    carriers: dict[str, str] = {}
+    for key in sorted(logged_keys, key=lambda k: (k.startswith(FOREIGN_PREFIX), k)):
+        for name in meanings(key):
+            carriers.setdefault(name, key)
+    rows = []
+    for cov in coverage:
+        carried = tuple((read, key) for read in cov.reads
+                        if (key := _carrier(read, carriers)) is not None)
+        rows.append(CarriedInputs(detector=cov.detector, ran=cov.state == RAN, carried=carried,
+                                  missing=cov.missing))
+    return LoggedCoverage(tuple(rows))

@@ -49,7 +49,7 @@ KEPT: tuple[Kept, ...] = (*aliases_hf.KEPT, *aliases_verl.KEPT, *aliases_more.KE
 MARKERS: dict[str, tuple[str, ...]] = dict(aliases_hf.MARKERS)  # non-metric keys that name a source
 
 __all__ = ["ALIASES", "KEPT", "SOURCES", "Alias", "Kept", "catalog_meanings", "detect_source",
-           "import_name", "map_keys", "rename_keys", "to_catalog"]
+           "import_name", "kept_note", "map_keys", "rename_keys", "to_catalog"]
 
 
 def _check_sources() -> None:
@@ -206,6 +206,13 @@ def catalog_meanings(name: str) -> frozenset[str]:
     if is_catalog_name(key):
         return frozenset({key})
     return frozenset(t for s in SOURCES if (t := _lookup(key, s)) is not None)
+
+
+def kept_note(name: str) -> str | None:
+    """Why a stored ``import/<source>/<key>`` name (or a foreign key) stays foreign on purpose,
+    or None when no table lists it as a look-alike."""
+    source, key = foreign_key(name)
+    return next((k.note for k in KEPT if k.key == key and source in (None, k.source)), None)
 
 
 def _shown(text: str) -> str:

@@ -2,7 +2,7 @@
 
 A custom trainer logs ``Reward`` or ``KL_ref``; no alias table can guess what those mean. The user
 says it: ``--map Reward=reward/mean --map KL_ref=kl/token_mean`` (repeatable), or a YAML file of
-the same pairs (``--map-file map.yaml``)::
+the same pairs (``--map-file map.yaml``, or ``map.json`` with one JSON object)::
 
     Reward: reward/mean
     KL_ref: kl/token_mean
@@ -11,11 +11,16 @@ the same pairs (``--map-file map.yaml``)::
 Keys are matched exactly as logged. Every target must be a catalog name (docs/metrics.md); a
 wrong one is refused before any file is read, with the closest catalog names. A mapped key wins
 over the alias table; two foreign keys may not map to one name.
+
+:func:`suggest_names` is what ``rlcockpit doctor --import`` prints for every key it kept under
+``import/``: the names another trainer's alias table gives the key, then fuzzy matches of its
+last path segment (with a few synonyms: ``len`` -> ``length``, ``lr`` -> ``learning rate``...).
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -42,15 +47,32 @@ def parse_map_items(items: Iterable[str]) -> dict[str, str]:
 
 
 def read_map_file(path: str | Path) -> dict[str, str]:
-    """A YAML mapping {foreign key: catalog name} (not yet checked)."""
+    """A YAML (or, for ``.json``, JSON) mapping {foreign key: catalog name} (not yet checked)."""
     from rlcockpit.config import read_yaml
 
-    data = read_yaml(path)
+    data = _read_json_map(Path(path)) if Path(path).suffix == ".json" else read_yaml(path)
     bad = [k for k, v in data.items() if not isinstance(v, str) or not str(k).strip()]
     if bad:
         raise ConfigError(f"map file {path}: the entry {bad[0]!r} is not `FOREIGN_KEY: catalog/name` "
                           "(one catalog name as text per foreign key)", details={"path": str(path)})
     return {str(k).strip(): v.strip() for k, v in data.items()}
+
+
+def _read_json_map(path: Path) -> dict[str, object]:
+    import json
+
+    if not path.is_file():
+        raise ConfigError(f"map file not found: {path}; pass the path of a JSON or YAML file of "
+                          "FOREIGN_KEY: catalog/name pairs", details={"path": str(path)})
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ConfigError(f"map file {path} is not valid JSON ({exc}); write one object, e.g. "
+                          '{"KL_ref": "kl/token_mean"}', details={"path": str(path)}) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"map file {path} must hold one JSON object of FOREIGN_KEY: catalog/name "
+                          "pairs", details={"path": str(path)})
+    return data
 
 
 def close_names(name: str, n: int = 5) -> list[str]:
@@ -83,3 +105,42 @@ def build_key_map(items: Iterable[str] = (), map_file: str | Path | None = None)
     merged = read_map_file(map_file) if map_file else {}
     merged.update(parse_map_items(items))
     return check_key_map(merged)
+
+
+# Words of foreign keys -> the catalog words they usually stand for (a suggestion, never a map).
+SYNONYMS = {"len": "length", "length": "length", "lr": "lr", "learning": "lr", "rate": "lr",
+            "kl": "kl", "kld": "kl", "entropy": "entropy", "ent": "entropy", "reward": "reward",
+            "rew": "reward", "rewards": "reward", "score": "reward", "avg": "mean", "average": "mean", "loss": "loss", "grad": "grad", "gradnorm": "grad",
+            "norm": "norm", "clip": "clip", "clipfrac": "clip_frac", "value": "value",
+            "critic": "value", "vf": "value", "adv": "advantage", "advantage": "advantage",
+            "advantages": "advantage", "return": "returns", "returns": "returns", "time": "time",
+            "mem": "mem", "memory": "mem", "ratio": "ratio", "std": "std", "mean": "mean",
+            "max": "max", "min": "min", "response": "response", "completion": "response"}
+_WORD = re.compile(r"[a-z]+")
+
+
+def _words(text: str) -> set[str]:
+    return {SYNONYMS.get(w, w) for w in _WORD.findall(text.lower().replace("kl_", "kl "))}
+
+
+def suggest_names(key: str, n: int = 3) -> list[str]:
+    """Catalog names an unknown foreign ``key`` (or its ``import/<source>/<key>`` name) may mean:
+    first what another trainer's alias table maps it to, then the catalog names that share the
+    largest share of words with it (Jaccard, synonyms applied), ties and the rest by difflib on
+    the last path segment."""
+    from rlcockpit.integrations.aliases import catalog_meanings, foreign_key
+    from rlcockpit.metrics.catalog import CATALOG
+
+    _, raw = foreign_key(key)
+    out = sorted(catalog_meanings(raw))
+    tail = raw.rsplit("/", 1)[-1]
+    words = _words(raw) or _words(tail)
+    scored = []
+    for name in sorted(CATALOG):
+        theirs = _words(name)
+        share = len(words & theirs) / len(words | theirs) if words | theirs else 0.0
+        ratio = difflib.SequenceMatcher(None, tail.lower(), name.rsplit("/", 1)[-1]).ratio()
+        if share or ratio >= 0.6:
+            scored.append((-share, -ratio, name))
+    out += [name for _, _, name in sorted(scored) if name not in out]
+    return out[:n]

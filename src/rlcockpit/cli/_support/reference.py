@@ -34,7 +34,9 @@ def cli_markdown() -> str:
         "",
         "Generated from the parser by `python -m rlcockpit.cli._support.reference`; do not edit by hand.",
         "Every command exits 0 on success, 2 on a user error (bad config, bad input, unknown run)",
-        "with a one-line `error: ...` message naming what to fix.",
+        "with a one-line `error: ...` message naming what to fix. `rlcockpit doctor` also exits 2",
+        "when a red or black finding exists, and 3 when the store or an `--import` file cannot be",
+        "read (a damaged store, a malformed log): no diagnosis was possible.",
         "",
     ]
     for path, parser in _walk(root, ["rlcockpit"]):

@@ -30,6 +30,7 @@ _PLACEHOLDER = {"nan": "__rlc_nan__", "inf": "__rlc_inf__", "-inf": "__rlc_-inf_
 _FROM_PLACEHOLDER = {"__rlc_nan__": math.nan, "__rlc_inf__": math.inf, "__rlc_-inf__": -math.inf}
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|inf(?:inity)?|nan))"
                      r"\s*([A-Za-z%][A-Za-z%/]*)?\s*$", re.IGNORECASE)
+_KEY_TAIL = re.compile(r"([A-Za-z_][\w .()/@%\-]*)$")
 _DURATION = re.compile(r"^\s*(?:(\d+)d\s*)?(?:(\d+)h\s*)?(?:(\d+)m\s*)?(?:(\d+(?:\.\d+)?)s)?\s*$")
 
 
@@ -147,8 +148,8 @@ def kv_pairs(line: str) -> list[tuple[str, str]]:
     ``Epoch:[1/1](5/100), Reward: 0.5, KL_ref: 0.01`` or DeepSpeed-Chat's ``act_loss: 0.1|...``."""
     pairs = []
     for part in re.split(r"\s*\|\s*|,\s+|,(?=\s*[A-Za-z_])", line):
-        key, sep, value = part.partition(":")
-        key = key.strip()
-        if sep and key and len(key) <= 80 and re.match(r"^[A-Za-z_][\w .()/@%\-\[\]]*$", key):
-            pairs.append((key, value.strip()))
+        before, sep, value = part.partition(":")
+        key = _KEY_TAIL.search(before)  # after a logger's prefix: "[cosmos] 2025-05-01 - Step"
+        if sep and key and len(key.group(1).strip()) <= 80:
+            pairs.append((key.group(1).strip(), value.strip()))
     return pairs

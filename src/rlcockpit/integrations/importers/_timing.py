@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlcockpit.integrations.importers._base import ParsedImport
-from rlcockpit.integrations.importers._text import parse_duration
+from rlcockpit.integrations.importers._text import parse_duration, parse_number
 from rlcockpit.records import decode_float
 
 STEP_DURATION = "time/step_s"
@@ -45,15 +45,24 @@ class ClockReading:
 
 def pop_clock(values: dict[str, Any]) -> ClockReading | None:
     """Remove the clock keys from one record's values and return their reading."""
-    runtime = values.pop(RUNTIME_KEY, None)
+    runtime = _seconds(values.pop(RUNTIME_KEY, None))
     elapsed = values.pop(ELAPSED_KEY, None)
-    if decode_float(runtime) is not None:
-        return ClockReading(float(decode_float(runtime)), cumulative=True)
-    if isinstance(elapsed, str):
-        seconds = parse_duration(elapsed)
-        return None if seconds is None else ClockReading(seconds, cumulative=True)
-    number = decode_float(elapsed)
-    return None if number is None else ClockReading(number, cumulative=False)
+    if runtime is not None:
+        return ClockReading(runtime, cumulative=True)
+    number = _seconds(elapsed)
+    if number is not None:  # a bare number (also printed as text, as in a CSV cell): ambiguous
+        return ClockReading(number, cumulative=False)
+    seconds = parse_duration(elapsed) if isinstance(elapsed, str) else None
+    return None if seconds is None else ClockReading(seconds, cumulative=True)
+
+
+def _seconds(value: Any) -> float | None:
+    """A finite number of seconds from a number or a number printed as text."""
+    if isinstance(value, str):
+        number = parse_number(value)
+        value = number[0] if number is not None and not number[1] else None
+    seconds = decode_float(value)
+    return seconds if seconds is not None and seconds == seconds and abs(seconds) != float("inf") else None
 
 
 def settle_clock(readings: Mapping[int, ClockReading],

@@ -34,7 +34,13 @@ from rlcockpit.integrations.importers._base import (
     metric_value,
     try_loads_json,
 )
-from rlcockpit.integrations.importers._text import dict_span, head_lines, parse_pydict, text_lines
+from rlcockpit.integrations.importers._text import (
+    dict_span,
+    head_lines,
+    parse_number,
+    parse_pydict,
+    text_lines,
+)
 from rlcockpit.integrations.importers._timing import ClockReading, pop_clock, settle_clock
 from rlcockpit.records import decode_float
 
@@ -52,15 +58,32 @@ def _record(line: str, step_key: str | None) -> tuple[int | None, dict[str, Any]
         values = parse_pydict(match.group(2))
         return None if values is None else (int(match.group(1)), values)
     span = dict_span(line)
-    if span is None:
+    if span is None or not _record_prefix(line[:line.find("{")]):
         return None
     values = try_loads_json(span) if span.startswith('{"') else None
     values = values if isinstance(values, dict) else parse_pydict(span)
     return None if not values else (None, values)
 
 
+def _record_prefix(prefix: str) -> bool:
+    """A printed dict stands alone on its line or after a logger's bracketed prefix (``...] ``,
+    ``... | ``); a ``{`` inside a sentence (transformers' "values have been modified to match
+    model-specific defaults: {'top_k': 20}") is no record."""
+    prefix = prefix.rstrip()
+    return not prefix or prefix.endswith(("]", "|"))
+
+
+def _value(raw: Any) -> Any:
+    """Numbers printed as text (``'0.6931'``) count as numbers; other text stays text."""
+    if isinstance(raw, str):
+        number = parse_number(raw)
+        if number is not None and not number[1]:
+            return number[0]
+    return raw
+
+
 def _numeric(values: Mapping[str, Any]) -> int:
-    return sum(decode_float(v) is not None for v in values.values() if not isinstance(v, bool))
+    return sum(decode_float(_value(v)) is not None for v in values.values() if not isinstance(v, bool))
 
 
 def sniff(path: Path, step_key: str | None = None) -> bool:
@@ -117,7 +140,7 @@ class _Reader:
             self.clock[step] = reading
         row = self.rows.setdefault(step, {})
         for key, raw in values.items():
-            value = metric_value(raw, self.path, where, key)
+            value = metric_value(_value(raw), self.path, where, key)
             if value is None:
                 self.parsed.skipped[key] += 1
             else:
