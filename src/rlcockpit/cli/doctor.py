@@ -244,19 +244,19 @@ def print_import(console: Any, logged: dict[str, Any]) -> None:
     console.print("\n[bold]Import[/]")
     for path in logged["step_from_row_order"]:
         console.print(f"  [yellow]step derived from row order[/] in {path}: step N is the N-th "
-                      "record, not the trainer's global step")
+                      "record, not the trainer's global step", soft_wrap=True)
     if logged["imported"]:
-        console.print("  " + timing_line(logged["timing"]), highlight=False)
+        console.print("  " + timing_line(logged["timing"]), highlight=False, soft_wrap=True)
     keys = logged["keys_not_understood"]
     if keys:
         console.print(f"  {len(keys)} keys not understood (kept under import/; map one with "
-                      "--map KEY=catalog/name):")
+                      "--map KEY=catalog/name):", soft_wrap=True)
     for entry in keys:
         hint = (f"kept on purpose: {entry['kept_on_purpose']}" if entry["kept_on_purpose"]
                 else "may mean " + (", ".join(entry["may_mean"]) or "nothing in the catalog"))
-        console.print(f"    {entry['key']}  [dim]{hint}[/]", highlight=False)
+        console.print(f"    {entry['key']}  [dim]{hint}[/]", highlight=False, soft_wrap=True)
     cov = logged["logged_coverage"]
-    console.print(f"  {cov['summary']}")
+    console.print(f"  {cov['summary']}", soft_wrap=True)
     needing_more = []
     for missed in cov["missed"]:
         if not missed["renamed"]:
@@ -264,10 +264,10 @@ def print_import(console: Any, logged: dict[str, Any]) -> None:
             continue
         how = ", ".join(f"{read} as {key}" for read, key in missed["renamed"])
         console.print(f"    {missed['detector']} should have run: the log carries {how} "
-                      "(under a foreign name; --map it)", highlight=False)
+                      "(under a foreign name; --map it)", highlight=False, soft_wrap=True)
     if needing_more:
         console.print(f"    did not run although the log carries some of their inputs (they "
-                      f"need more of them): {', '.join(needing_more)}", highlight=False)
+                      f"need more of them): {', '.join(needing_more)}", highlight=False, soft_wrap=True)
 
 
 def print_report(result: Any, args: argparse.Namespace, logged: dict[str, Any] | None = None) -> None:
