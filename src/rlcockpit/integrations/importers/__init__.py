@@ -8,9 +8,12 @@ Two stages, so a malformed file never leaves a half-imported run behind:
    the metric points and samples in step-ordered batches, then status ``finished``.
 
 Formats (one module each): ``trl-completions``, ``verl-rollout``, ``jsonl-logger``,
-``tensorboard`` and ``rlcockpit`` (rlcockpit's own exports). Without ``fmt`` the format is
-detected per file. A folder stands for the files of these formats inside it; its other files (a
-model's config.json...) are left out and listed in ``ParsedImport.ignored_files``.
+``tensorboard``, ``rlcockpit`` (rlcockpit's own exports), the console logs ``console-dicts``
+(TRL / HF Trainer, ms-swift, OpenRLHF), ``deepspeed-chat`` and ``console-kv`` (MiniMind), and
+``wandb-csv`` and ``trackio``. Without ``fmt`` the format is detected per file (:mod:`._detect`).
+A folder stands for the files of these formats inside it; its other files (a model's
+config.json...) are left out and listed in ``ParsedImport.ignored_files``. After reading, the
+run's own clock is resolved (:mod:`._timing`).
 """
 
 from __future__ import annotations
