@@ -1,5 +1,6 @@
-"""The demo's browser story (cli/demo.py, js/signin.js): the sign-in link printed by
-`rlcockpit demo` signs the browser in and leaves the address bar without the token, the header
+"""The demo's browser story (cli/demo.py, js/signin.js): the one-time sign-in link printed by
+`rlcockpit demo` signs the browser in with a session, the link in the history no longer works,
+the address bar holds no code, the header
 shows who is signed in (switch user, sign out), and an incident's "Request a change" opens the
 ticket form prefilled with the change that undoes the live change before the incident."""
 
@@ -43,20 +44,39 @@ def demo(tmp_path):
     server.stop()
 
 
-def test_the_signin_link_signs_in_and_leaves_no_token_in_the_address(demo, page):
+def test_the_signin_link_signs_in_once_and_the_history_holds_nothing_usable(demo, page, browser):
+    import httpx
+
     server, run_id, users = demo
     operator, approver = users["operator"], users["approver"]
-    page.goto(signin_link(server.url, operator.token))
+    link = signin_link(server.url, operator.code)
+    page.goto(link)
     page.locator("#hdr-user[data-user='demo-operator']").wait_for()
-    assert "token" not in page.url and "signin" not in page.url
-    assert page.evaluate("localStorage.getItem('rlcockpit.token')") == operator.token
+    assert "code" not in page.url and "signin" not in page.url
+    session = page.evaluate("localStorage.getItem('rlcockpit.token')")
+    assert session.startswith("rls_") and operator.code not in session  # a session, not the link's code
     assert page.locator("#hdr-user-name").inner_text() == "demo-operator (operator)"
     page.locator("#chart-reward").wait_for()  # signed in: the dashboard of the newest run loads
-    page.go_back()  # the link's entry was replaced: Back shows no token either
-    assert "token" not in page.url and "signin" not in page.url
+    page.go_back()  # the link's entry was replaced: Back shows no code either
+    assert "code" not in page.url and "signin" not in page.url
+    page.locator("#conn-state:has-text('live')").wait_for()  # the session opens the live stream too
+    me = httpx.get(f"{server.url.rstrip('/')}/api/me", headers={"Authorization": f"Bearer {session}"}, timeout=10)
+    assert me.json().get("name") == "demo-operator", me.text
 
-    page.click("#hdr-switch")  # another person in the same browser
-    page.fill("#hdr-token", approver.token)
+    # the browser's history database still holds the link it visited: opening it again (another
+    # window, someone with the history) signs nobody in, and says so
+    other = browser.new_context()
+    try:
+        again = other.new_page()
+        again.goto(link)
+        again.locator("#hdr-link-error").wait_for()
+        assert again.evaluate("localStorage.getItem('rlcockpit.token')") is None
+        assert "code" not in again.url
+    finally:
+        other.close()
+
+    page.click("#hdr-switch")  # another person in the same browser: their link's code
+    page.fill("#hdr-token", approver.code)
     page.click("#hdr-token-save")
     page.locator("#hdr-user[data-user='demo-approver']").wait_for()
     assert "(approver)" in page.locator("#hdr-user-name").inner_text()
@@ -70,7 +90,7 @@ def test_the_signin_link_signs_in_and_leaves_no_token_in_the_address(demo, page)
 
 def test_the_signin_link_keeps_working_in_chinese(demo, zh_page):
     server, _, users = demo
-    zh_page.goto(signin_link(server.url, users["approver"].token))
+    zh_page.goto(signin_link(server.url, users["approver"].code))
     zh_page.locator("#hdr-user[data-user='demo-approver']").wait_for()
     assert zh_page.locator("#hdr-user-name").inner_text() == "demo-approver (审批人)"
     assert zh_page.locator("#hdr-signout").inner_text() == "退出登录"
@@ -78,7 +98,7 @@ def test_the_signin_link_keeps_working_in_chinese(demo, zh_page):
 
 def test_request_a_change_prefills_the_ticket_form_from_the_incident(demo, page):
     server, run_id, users = demo
-    page.goto(signin_link(server.url, users["operator"].token))
+    page.goto(signin_link(server.url, users["operator"].code))
     page.locator("#chart-reward").wait_for()  # the link's redirect to the newest run is done
     page.goto(f"{server.url}#/run/{run_id}/alerts")
     button = page.locator("article.incident .request-change")
@@ -106,7 +126,7 @@ def test_an_old_change_is_not_proposed_as_the_cause(demo, page):
     values = {"actor_lr": 5e-5, "kl_coef": 0.05, "clip_eps": 0.2}
     control.publish_live_params(LiveParamsRecord(run_id, 0, values, SPECS, "start"))
     control.publish_live_params(LiveParamsRecord(run_id, 2, {**values, "actor_lr": 1e-4}, SPECS, "ticket:9"))
-    page.goto(signin_link(server.url, users["operator"].token))
+    page.goto(signin_link(server.url, users["operator"].code))
     page.locator("#chart-reward").wait_for()  # the link's redirect to the newest run is done
     page.goto(f"{server.url}#/run/{run_id}/alerts")
     page.locator("article.incident .request-change").click()

@@ -28,6 +28,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--worker-threads", type=int, default=4,
                    help="API requests answered at once (default 4; keeps a trainer on the same "
                         "machine fed)")
+    p.add_argument("--session-ttl", type=float, default=43_200.0, metavar="SECONDS",
+                   help="life of a browser session a one-time sign-in link is exchanged for "
+                        "(default 43200 = 12 h; docs/control.md)")
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
                    help="serve Prometheus metrics at /metrics (default on; docs/ops.md)")
     p.add_argument("--metrics-refresh", type=float, default=2.0, metavar="SECONDS",
@@ -53,7 +56,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     return ServerSettings(host=args.host, port=args.port, store=args.store,
                           query_timeout_s=args.query_timeout,
                           allowed_hosts=tuple(args.allowed_host),
-                          worker_threads=args.worker_threads)
+                          worker_threads=args.worker_threads, session_ttl_s=args.session_ttl)
 
 
 def _command(args: argparse.Namespace) -> int:
