@@ -161,6 +161,7 @@ ANOMALIES: tuple[Target, ...] = (
 _COLLAPSE = ("entropy", "levels", "reward_shape", "reward_oscillation", "stall")
 FAILURE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("nan", ("nonfinite", "levels")),
+    ("inf_", ("nonfinite", "levels")),
     ("entropy_explosion", _COLLAPSE),
     ("no_update", ("gradients", "kl", "levels", "stall")),
     ("no_learning", ("stall", "kl", "levels", "reward_shape")),
@@ -429,10 +430,41 @@ def headline(results: list[RunResult], scored: dict, wall: float, missing_famili
         "latencies": latencies,
         "unknown_runs_findings": dict(sum((r.tiers() for r in results
                                             if r.entry.get("label") == UNKNOWN), Counter())),
+        "unknown_orange_or_worse_per_1k_steps": _severe_rate(
+            [r for r in results if r.entry.get("label") == UNKNOWN]),
+        "per_split": {half: _split_headline([r for r in results if split_of(r.entry) == half],
+                                            scored)
+                      for half in (CALIBRATION, EVALUATION)
+                      if any(split_of(r.entry) == half for r in results)},
         "mean_detectors_run": round(sum(sum(c.state == "ran" for c in r.coverage) for r in results)
                                     / max(len(results), 1), 1),
         "families_without_detector": missing_families,
         "window_steps": WINDOW, "wall_s": round(wall, 1),
+    }
+
+
+def _severe_rate(results: list[RunResult]) -> float | None:
+    """Orange, red and black findings per 1,000 logged steps (issue 26: target <= 5 on the
+    unlabelled runs)."""
+    steps = sum(r.steps for r in results)
+    severe = sum(r.tiers()[t] for r in results for t in ("orange", "red", "black"))
+    return round(1000 * severe / steps, 2) if steps else None
+
+
+def _split_headline(results: list[RunResult], scored: dict) -> dict[str, Any]:
+    """The headline numbers of one half of the corpus."""
+    runs = {r.run for r in results}
+    items = [i for run, its in scored.items() if run in runs for i in its]
+    healthy = [r for r in results if r.entry.get("label") == HEALTHY]
+    verdicts = [healthy_verdict(r) for r in healthy]
+    return {
+        "runs": len(results),
+        "healthy_runs_passing": f"{sum(v[0] for v in verdicts)}/{len(healthy)}",
+        "targets_found": f"{sum(1 for i in items if i[2])}/{len(items)}",
+        "failures_without_onset_flagged": _flagged_without_onset(results),
+        "unknown_orange_or_worse_per_1k_steps": _severe_rate(
+            [r for r in results if r.entry.get("label") == UNKNOWN]),
+        "red_or_black": sum(r.tiers()["red"] + r.tiers()["black"] for r in results),
     }
 
 
@@ -471,13 +503,14 @@ a detector that passes here is still to be judged on other real runs like these.
 """
 
 
-def load_index(corpus: Path, only: set[str]) -> list[dict[str, Any]]:
+def load_index(corpus: Path, only: set[str], split: str = "all") -> list[dict[str, Any]]:
     index = corpus / "index.json"
     if not index.is_file():
         raise SystemExit(f"no index.json in {corpus}: pass --corpus DIR (the real-run corpus, "
                          "default ../shared/real_runs next to the repository)")
     entries = json.loads(index.read_text(encoding="utf-8"))
-    return [e for e in entries if not only or e["file"][:3] in only]
+    return [e for e in entries if (not only or e["file"][:3] in only)
+            and split in ("all", split_of(e))]
 
 
 def detector_families() -> set[str]:
@@ -494,13 +527,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="write the tables into docs/detection.md between the real-runs markers")
     p.add_argument("--docs-file", type=Path, default=DOCS, help=argparse.SUPPRESS)  # for tests
     p.add_argument("--only", default="", help="comma-separated run ids, e.g. 011,014")
+    p.add_argument("--split", choices=("all", CALIBRATION, EVALUATION), default="all",
+                   help="score one half of the corpus only (split_of: by source repository)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
-    entries = load_index(args.corpus, {s.strip() for s in args.only.split(",") if s.strip()})
+    entries = load_index(args.corpus, {s.strip() for s in args.only.split(",") if s.strip()},
+                         args.split)
     check_default_engine()
     with tempfile.TemporaryDirectory(prefix="rlcockpit-real-runs-") as tmp:
         uri = f"sqlite:///{tmp}/real_runs.db"

@@ -415,9 +415,17 @@ def _layers(emb=1.0):
 
 def test_gradients_explosion_red_vanishing_yellow_layer_orange():
     rows = [{"grad/norm/actor": v, **_layers()} for v in noisy(1.0, 15, 0.1)]
-    rows.append({"grad/norm/actor": 40.0, **_layers()})
-    step, cond = first(make("gradients"), rows, "red", "explosion/actor")
-    assert step == 15 and cond.evidence["ratio"] > 30
+    spike = rows + [{"grad/norm/actor": 40.0, **_layers()}]
+    # one step 40x its typical size: orange (the batch is worth saving), not red
+    step, cond = first(make("gradients"), spike, key="explosion/actor")
+    assert step == 15 and cond.severity == "orange" and cond.evidence["ratio"] > 30
+    # 150x the typical magnitude: bad in its own units at any scale -> red
+    huge = rows + [{"grad/norm/actor": 150.0, **_layers()}]
+    assert first(make("gradients"), huge, "red", "explosion/actor")[0] == 15
+    # an explosion that persists is red
+    held = rows + [{"grad/norm/actor": v, **_layers()} for v in (40.0, 60.0, 90.0)]
+    step, cond = first(make("gradients"), held, "red", "explosion/actor")
+    assert step == 17 and cond.evidence["steps"] == 3 and cond.evidence["onset_step"] == 15
     vanish = [{"grad/norm/critic": 1e-9}] * 6
     assert first(make("gradients", vanish_abs=1e-7), vanish, "yellow", "vanishing/critic")[0] == 4
     assert fired(make("gradients"), vanish) == []  # no absolute bound by default: any scale
@@ -442,6 +450,12 @@ def test_gradients_sparse_signal_steps_are_not_explosions():
     assert first(make("gradients"), rows, "red", "explosion/actor")[0] == 80
 
 
+def test_gradients_history_of_zeros_is_no_evidence():
+    # a norm that is exactly 0 on most logged steps (no signal) has no typical size to exceed
+    rows = [{"grad/norm/actor": 0.0}] * 20 + [{"grad/norm/actor": 1e-3}] * 3
+    assert fired(make("gradients"), rows + [{"grad/norm/actor": 0.5}]) == []
+
+
 def test_gradients_loss_explosion_is_red_in_orders_of_magnitude():
     # real run 014: a GRPO loss around 0.2 (sign alternating) jumps to 1e4 and beyond
     rng = np.random.default_rng(8)
@@ -449,11 +463,21 @@ def test_gradients_loss_explosion_is_red_in_orders_of_magnitude():
             for _ in range(40)]
     assert fired(make("gradients"), calm) == []
     step, cond = first(make("gradients"), calm + [{"policy/loss": 1.2e4}], "red", "loss")
-    assert step == 40 and cond.evidence["z_log10"] >= 6
+    assert step == 40 and cond.evidence["ratio_to_typical"] >= 100
     # a loss that is often exactly 0 and otherwise small (GRPO with zero-std groups) is quiet
     sparse = [{"policy/loss": float(0.0 if rng.random() < 0.5 else rng.uniform(-0.02, 0.02))}
               for _ in range(80)]
     assert fired(make("gradients"), sparse) == []
+    # the LoRA case of issue 26: ~0.003, exactly 0 on half the steps, then 0.00727 (2x the max)
+    lora = [{"policy/loss": float(0.0 if i % 2 else 0.003 * (1 + 0.1 * rng.normal()))}
+            for i in range(30)] + [{"policy/loss": 0.00727}]
+    assert fired(make("gradients"), lora) == []
+    # 300x its typical size but a few hundredths in its own units: no explosion
+    tiny = [{"policy/loss": float(1e-3 * rng.uniform(0.5, 1.5))} for _ in range(30)]
+    assert fired(make("gradients"), tiny + [{"policy/loss": -0.03}]) == []
+    # 300x its typical size, above the floor but below |loss| 1: orange, not red
+    step, cond = first(make("gradients"), tiny + [{"policy/loss": -0.3}], key="loss")
+    assert step == 30 and cond.severity == "orange"
 
 
 def test_gradients_spike_cut_by_clipping_with_a_calm_update_is_yellow():
@@ -690,7 +714,10 @@ def test_critic_lr_spike_run_names_the_update_ratio_then_value_loss_and_grad_nor
     got = {(f.detector, f.evidence.get("key"), f.severity) for f in raised if f.step <= 11}
     # (the value clip fraction of a critic stepping 1000x too far is the yellow beside them)
     assert got == {("update_ratio", "jump/critic", "orange"), ("critic", "divergence", "red"),
-                   ("gradients", "explosion/critic", "red"), ("critic", "value_clip", "yellow")}
+                   ("gradients", "explosion/critic", "orange"), ("critic", "value_clip", "yellow")}
+    # the critic's gradient norm stays exploded: red once it has held 3 steps
+    assert ("gradients", "explosion/critic", 12, "red", "escalated") in {
+        (f.detector, f.evidence.get("key"), f.step, f.severity, f.status) for f in raised}
     (incident, *_) = [i for i in group(raised) if i.first_step == 10]
     # the critic's gradient norm, update ratio and value clip fraction all leave their band at the
     # onset step (the value loss one step later)

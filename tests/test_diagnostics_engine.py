@@ -41,7 +41,7 @@ def feed(engine: Engine, rows, start: int = 0, kl_target: float | None = 1.0):
 
 
 def test_a_condition_is_raised_once_escalated_once_and_resolved_after_resolve_after_steps():
-    engine = Engine.from_config(only("kl_tiers"))
+    engine = Engine.from_config(only("kl_tiers", resolve_after_severe=3))
     findings = feed(engine, [{"kl/mean": 0.5}] * 10 + [{"kl/mean": 1.8}] * 10
                     + [{"kl/mean": 3.0}] * 10 + [{"kl/mean": 0.5}] * 10)
     got = [(f.step, f.status, f.severity) for f in findings]
@@ -49,6 +49,18 @@ def test_a_condition_is_raised_once_escalated_once_and_resolved_after_resolve_af
     assert findings[0].incident == findings[1].incident == findings[2].incident
     assert findings[2].evidence["raised_step"] == 12
     assert engine.status["kl_tiers"] == "ok" and engine.active() == {}
+
+
+def test_a_red_condition_that_recurs_within_resolve_after_severe_is_one_finding():
+    # intermittent spikes (real run 013: a loss exploding every 50-100 steps) must not raise a
+    # new red finding each time; a yellow one resolves after resolve_after as before
+    calm, high = [{"kl/mean": 0.5}] * 10, [{"kl/mean": 3.0}] * 5
+    rows = calm + high + calm * 2 + high + calm * 6
+    findings = feed(Engine.from_config(only("kl_tiers", resolve_after_severe=50)), rows)
+    assert [(f.step, f.status, f.severity) for f in findings] == [
+        (12, "raised", "red"), (89, "resolved", "red")]  # quiet from step 40: 50 absent steps
+    eager = feed(Engine.from_config(only("kl_tiers", resolve_after_severe=3)), rows)
+    assert [f.status for f in eager] == ["raised", "resolved", "raised", "resolved"]
 
 
 def test_status_reports_firing_while_active_and_ok_after():
@@ -83,7 +95,7 @@ def test_heartbeat_tick_raises_red_once_and_resolves_when_steps_resume():
 
 
 def test_a_resolved_finding_with_nan_evidence_stays_json_safe():
-    engine = Engine.from_config(only("critic"))
+    engine = Engine.from_config(only("critic", resolve_after_severe=3))
     rows = [{"value/loss": 0.2}] * 5 + [{"value/loss": float("nan")}] + [{"value/loss": 0.2}] * 3
     findings = feed(engine, rows)
     assert [(f.status, f.evidence["key"]) for f in findings] == [

@@ -38,7 +38,7 @@ def test_healthy_run_exits_zero_and_writes_reports(tmp_path, capsys):
 
 def test_nan_loss_gives_exit_two_with_incident_and_library_link(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path}/bad.db"
-    run_id = _record(uri, nan_at=5)
+    run_id = _record(uri, nan_at=5, steps=60)
     code = main(["doctor", "--store", uri, "--json"])  # newest run by default
     assert code == 2
     report = json.loads(capsys.readouterr().out)
@@ -47,7 +47,8 @@ def test_nan_loss_gives_exit_two_with_incident_and_library_link(tmp_path, capsys
     assert raised[0]["detector"] == "nonfinite" and raised[0]["step"] == 5
     assert raised[0]["severity"] == "red"
     resolved = [f for f in report["findings"] if f["status"] == "resolved"]
-    assert resolved and resolved[0]["step"] == 9  # absent at 7, 8, 9 → resolved (resolve_after=3)
+    # a red condition resolves only after resolve_after_severe (50) absent steps: 7..56
+    assert resolved and resolved[0]["step"] == 56
     (incident,) = report["incidents"]
     assert incident["resolved"] and incident["library"][0]["id"] == "nonfinite_values"
     assert incident["library"][0]["zh"] != "nonfinite_values"  # the library knows the entry
@@ -62,7 +63,8 @@ def test_replay_matches_step_order_and_counts_samples(tmp_path):
     reader.close()
     assert report.steps == 8 and report.samples == 8 and report.first_step == 1
     assert seen[-1] == (8, 8)
-    assert report.statuses["nonfinite"] == "ok"  # resolved by the end
+    # NaN at steps 3-4, absent 5-8: a red condition stays open (resolve_after_severe = 50)
+    assert report.statuses["nonfinite"] == "firing:red"
 
 
 def test_overrides_and_bad_config_fail_fast(tmp_path, capsys):

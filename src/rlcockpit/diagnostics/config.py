@@ -70,6 +70,11 @@ class DiagnosticsConfig(Config):
     enabled: bool = option(True, help="Run the detectors in the trainer's DIAGNOSE phase.")
     resolve_after: int = option(3, help="A condition absent this many steps in a row is resolved.",
                                 range=(1, 1000))
+    resolve_after_severe: int = option(
+        50, help="An orange, red or black condition is resolved only after this many absent steps in a "
+        "row: "
+        "a failure that comes back within them (intermittent loss spikes) is one open finding, "
+        "not a new alert each time.", range=(1, 100000))
     incident_window: int = option(10, help="Findings raised within this many steps of an open "
                                   "incident join it.", range=(0, 10000))
     disabled: tuple[str, ...] = option((), help="Detector names not to run.")

@@ -3,6 +3,8 @@
 The same engine runs live in the trainer's DIAGNOSE phase and offline over a stored or imported run
 (``rlcockpit doctor``). Hygiene: a finding is emitted when a condition *starts* ("raised"),
 *escalates* to a higher tier ("escalated") or *resolves* after ``resolve_after`` absent steps
+(``resolve_after_severe`` for orange and above: a failure that recurs within them stays one
+finding)
 ("resolved") — never every step. Raised findings within ``incident_window`` steps of an open
 incident join it; the incident's summary names the first-moving signal (:mod:`.incidents`).
 
@@ -39,6 +41,7 @@ class _Active:
     incident: str
     absent: int = 0
     last: Condition | None = None
+    hold: bool = True  # False for heartbeat (tick) conditions: they end when steps come again
 
 
 @dataclass
@@ -117,7 +120,8 @@ class Engine:
                 self._fail(det, exc)
                 continue
             if result is not None:
-                out.extend(self._raise_or_escalate(det, step, wall_time, _as_list(result)))
+                out.extend(self._raise_or_escalate(det, step, wall_time, _as_list(result),
+                                                   hold=False))
         return out
 
     def touch(self, wall_time: float) -> None:
@@ -173,14 +177,23 @@ class Engine:
             if name != det.name or key in present:
                 continue
             active.absent += 1
-            if active.absent >= self.config.resolve_after:
+            if active.absent >= self._resolve_steps(active):
                 out.append(self._resolve(det, key, active, step, wall))
         firing = [a.severity for (n, _), a in self._active.items() if n == det.name]
         self.status[det.name] = f"firing:{max(firing, key=severity_rank)}" if firing else "ok"
         return out
 
+    def _resolve_steps(self, active: _Active) -> int:
+        """Absent steps that resolve a condition of ``severity``: orange and above hold longer (the
+        tiers that act — save a batch, call a person — stay open until the run has been quiet long
+        enough to trust; a spike that recurs within them is the same open finding)."""
+        if active.hold and severity_rank(active.severity) >= severity_rank("orange"):
+            return max(self.config.resolve_after, self.config.resolve_after_severe)
+        return self.config.resolve_after
+
     def _raise_or_escalate(self, det: Detector, step: int, wall: float,
-                           conditions: Iterable[Condition]) -> list[FindingRecord]:
+                           conditions: Iterable[Condition], hold: bool = True
+                           ) -> list[FindingRecord]:
         out = []
         for cond in conditions:
             active = self._active.get((det.name, cond.key))
@@ -188,7 +201,8 @@ class Engine:
                 continue  # "fell to -0.5 from -0.5": no change is no finding (issue 10, point 7)
             if active is None:
                 incident = self._join_incident(step, (det.name, cond.key))
-                self._active[(det.name, cond.key)] = _Active(cond.severity, step, incident, 0, cond)
+                self._active[(det.name, cond.key)] = _Active(cond.severity, step, incident, 0,
+                                                             cond, hold)
                 out.append(self._finding(det, cond, step, wall, "raised", incident))
                 continue
             active.absent = 0

@@ -135,6 +135,23 @@ def quantile(values: Iterable[float] | np.ndarray, q: float) -> float:
     return b - diff * (1 - t) if t >= 0.5 else a + diff * t
 
 
+def typical_magnitude(values: Iterable[float] | np.ndarray, q: float = 0.9,
+                      min_nonzero: int = 5) -> float | None:
+    """The size a quantity usually reaches: the ``q`` quantile of ``|values|`` (finite ones).
+
+    The yardstick for "large against the run's typical magnitude" (issue 26): unlike a median or a
+    z-score it stays meaningful on a history laden with exact zeros (a GRPO loss that is 0 on half
+    the steps, sparse-reward gradients), because a high quantile still reaches the steps that
+    moved. None — no evidence — when fewer than ``min_nonzero`` values are non-zero or the
+    quantile itself is 0."""
+    x = np.abs(_arr(values))
+    x = x[np.isfinite(x)]
+    if int(np.count_nonzero(x)) < min_nonzero:
+        return None
+    size = quantile(x, q)
+    return size if size > 0 else None
+
+
 def mad(values: Sequence[float]) -> float:
     """Median absolute deviation from the median (unscaled); NaN for an empty series."""
     x = _arr(values)

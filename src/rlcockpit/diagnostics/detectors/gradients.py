@@ -12,15 +12,25 @@ Default thresholds: explosion when the norm is > 10× its rolling median and > 1
 norm of the window (a norm the run already reached recently is not an explosion: sparse rewards
 make most GRPO steps' gradients ~0 and the others 20× larger, real run 016; the first exploding
 step of the recorded lr_spike / critic_lr_spike runs is 2.0× / 16× the window's largest), after
-8 steps → red (key "explosion/<actor|critic>"), yellow when gradient clipping cut it
+8 steps (key "explosion/<actor|critic>"). Yellow when gradient clipping cut it
 (``grad/clip/<net>`` logged and below it) and the update ratio stayed within 3× its median: the
 clip did its job (a healthy tiny GRPO run, calibration seed 0: a norm of 156 at step 116, clipped
 to 1.0, the update ratio unchanged at 0.0013); vanishing when it stays below 1e-3 × its early
 median (first 10 steps) for 5 steps → yellow (key "vanishing/<…>"); dominance when max/median
-over layer groups > 10 for 3 steps → orange (key "layer"); loss explosion when |``policy/loss``| is ≥ 6 robust z above its last 30
-non-zero values in orders of magnitude (log10) and > 2× the largest of them → red (key "loss";
-real run 014: 0.2 → 1e4–1.3e8 from step ~410; healthy real runs stay within 5× their median). Healthy tiny-world runs: actor norms
-0.9–2.5, layer max/median ≈ 1.5; no step of the recorded healthy runs is 10× its median.
+over layer groups > 10 for 3 steps → orange (key "layer"); loss explosion when |``policy/loss``|
+is ≥ ``loss_ratio`` (10)× its typical magnitude and > 2× the largest |loss| of the window (key
+"loss"; real run 014: 0.2 → 1e4–1.3e8 from step ~410; healthy real runs stay within 5× their
+median).
+Practical significance (issue 26): "large" is measured against the run's *typical magnitude* —
+the 0.9 quantile of |value| over the window (:func:`~rlcockpit.diagnostics.windows.typical_magnitude`)
+— never a z-score or a ratio to a near-zero median: a history with fewer than ``min_steps``
+non-zero values is no evidence (a LoRA GRPO loss that is exactly 0 on half its steps). Red needs a
+consequence that is bad in its own units: a norm or loss ≥ ``severe_ratio`` (100)× its typical
+magnitude — for the loss also |loss| ≥ ``loss_abs`` (1, the natural unit of an advantage-weighted
+loss) — or a norm explosion that holds ``persist_steps`` (3) steps in a row; a single step 10–100×
+the usual size that the run recovers from is orange (real runs 005, 008, 016: one norm 11–21× its
+typical size, back to normal the next step); a loss below ``loss_floor`` (0.1) is never an
+explosion (real run 024: −0.03 against a typical 1e-4 is noise in the loss's own units).
 Scale assumptions: none in absolute units — gradient norms depend on the model, the loss and the
 reward scale (real runs: medians 1e-4 on run 011 to 21 on run 008); ``explode_abs`` /
 ``vanish_abs`` set absolute bounds if you know yours (0 = none, the default). An exactly zero
@@ -42,7 +52,7 @@ import numpy as np
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
-from rlcockpit.diagnostics.windows import Streak, Window, median, robust_z
+from rlcockpit.diagnostics.windows import Streak, Window, median, typical_magnitude
 
 _NETS = ("actor", "critic")
 
@@ -72,10 +82,23 @@ class GradientsConfig(Config):
     absorbed_ratio: float = option(3.0, help="An explosion cut by gradient clipping "
                                    "(grad/clip/<net>) whose update ratio stayed within this × its "
                                    "median is a yellow spike, not red.", range=(1.0, 1e9))
-    loss_z: float = option(6.0, help="Loss explosion: robust z of log10 |policy/loss| against "
-                           "its last `window` non-zero values ...", range=(0.5, 1e6))
-    loss_over_max: float = option(2.0, help="... and |loss| above this × the window's largest.",
+    severe_ratio: float = option(100.0, help="An explosion (gradient norm or loss) is red when it "
+                                 "is at least this × the typical magnitude (the 0.9 quantile of "
+                                 "|value| over the window) or holds persist_steps; else orange.",
+                                 range=(1.0, 1e12))
+    persist_steps: int = option(3, help="... or when the explosion holds this many steps in a row.",
+                                range=(1, 10000))
+    loss_ratio: float = option(10.0, help="Loss explosion: |policy/loss| at least this × its "
+                               "typical magnitude over the window ...", range=(1.0, 1e12))
+    loss_over_max: float = option(2.0, help="... and above this × the window's largest |loss|.",
                                   range=(1.0, 1e9))
+    loss_abs: float = option(1.0, help="A loss explosion is red only at |loss| of at least this "
+                             "(a policy loss is advantage-weighted: ~1 is its natural unit when the "
+                             "advantages are normalised); smaller ones are orange at most.",
+                             range=(0.0, 1e12))
+    loss_floor: float = option(0.1, help="No loss explosion below this |loss|: a few hundredths "
+                               "of an advantage-weighted loss is noise in its own units, whatever "
+                               "its ratio to a history near 0.", range=(0.0, 1e12))
 
 
 @register
@@ -93,6 +116,7 @@ class Gradients(Detector):
         cfg = self.config
         self._norms = {net: Window(cfg.window) for net in _NETS}
         self._vanish = {net: Streak() for net in _NETS}
+        self._blowup = {net: Streak() for net in _NETS}
         self._early: dict[str, list[float]] = {net: [] for net in _NETS}
         self._layer = Streak()
         self._loss = Window(cfg.window)  # log10 |policy/loss| of the non-zero values
@@ -109,7 +133,12 @@ class Gradients(Detector):
             if value is not None:
                 found += [self._explosion(net, value, view),
                           self._vanishing(net, value, view.step)]
-                self._norms[net].push(value, view.step)
+                held = self._blowup[net].count
+                if held == 0 or held >= self.config.window:
+                    # the reference stays the norms before an explosion while it holds (so a
+                    # blow-up that persists is judged against the run's usual size), and takes
+                    # the new level once it has held a whole window
+                    self._norms[net].push(value, view.step)
         for net in _NETS:  # after the judgement: the update ratios of the steps before
             self._updates[net].push(view.finite(f"update/ratio/{net}"), view.step)
         found.append(self._dominance(layers, view.step))
@@ -117,25 +146,31 @@ class Gradients(Detector):
         return [c for c in found if c is not None]
 
     def _loss_explosion(self, loss: float | None, step: int) -> Condition | None:
-        """|policy/loss| far out of its own range, in orders of magnitude (key "loss")."""
+        """|policy/loss| far above its typical magnitude (key "loss")."""
         cfg = self.config
-        if loss is None or loss == 0:
+        if loss is None:
             return None
-        size = math.log10(abs(loss))
         window = self._loss
         found = None
-        if len(window) >= cfg.min_steps:
-            z = robust_z(size, window.values, floor=0.1)  # a flat history: 0.1 decade
-            top = 10 ** float(np.max(window.values))
-            if z >= cfg.loss_z and abs(loss) > cfg.loss_over_max * top:
-                evidence = {"loss": loss, "z_log10": z, "window_max_abs": top,
-                            "window_median_abs": 10 ** median(window.values),
+        typical = typical_magnitude(window.values, min_nonzero=cfg.min_steps) \
+            if len(window) >= cfg.min_steps else None
+        size = abs(loss)
+        if typical is not None:  # None: too few non-zero steps to know the loss's size
+            top = float(np.max(np.abs(window.values)))
+            ratio = size / typical
+            if ratio >= cfg.loss_ratio and size > cfg.loss_over_max * top \
+                    and size >= cfg.loss_floor:
+                severe = ratio >= cfg.severe_ratio and size >= cfg.loss_abs
+                evidence = {"loss": loss, "typical_abs": typical, "ratio_to_typical": ratio,
+                            "window_max_abs": top, "threshold_ratio": cfg.loss_ratio,
+                            "severe_ratio": cfg.severe_ratio, "loss_abs": cfg.loss_abs,
                             "signal": "loss", "onset_step": step}
-                found = Condition("red", f"policy loss exploded to {loss:.3g} ({abs(loss) / top:.0f}× "
-                                  f"the largest of the last {len(window)} steps, z {z:.1f} in orders "
-                                  "of magnitude)", evidence, key="loss",
-                                  message_zh=f"策略损失爆炸至 {loss:.3g}（为最近 {len(window)} 步最大值的 "
-                                             f"{abs(loss) / top:.0f} 倍）")
+                found = Condition("red" if severe else "orange",
+                                  f"policy loss exploded to {loss:.3g} ({ratio:.0f}× its typical "
+                                  f"magnitude {typical:.3g}, {size / top:.1f}× the largest of the "
+                                  f"last {len(window)} steps)", evidence, key="loss",
+                                  message_zh=f"策略损失爆炸至 {loss:.3g}（为其典型量级 {typical:.3g} 的 "
+                                             f"{ratio:.0f} 倍）")
         window.push(size, step)
         return found
 
@@ -145,14 +180,20 @@ class Gradients(Detector):
         known = len(window) >= cfg.min_steps
         med = median(window.values) if known else None
         top = float(np.max(window.values)) if known else None
-        by_ratio = med is not None and med > 0 and value > cfg.explode_ratio * med \
-            and value > cfg.explode_over_max * top
-        if not by_ratio and not (cfg.explode_abs and value > cfg.explode_abs):
+        typical = typical_magnitude(window.values, min_nonzero=cfg.min_steps) if known else None
+        by_ratio = typical is not None and med is not None and med > 0 \
+            and value > cfg.explode_ratio * med and value > cfg.explode_over_max * top
+        absolute = bool(cfg.explode_abs and value > cfg.explode_abs)
+        held = self._blowup[net].update(by_ratio or absolute, step)
+        if not by_ratio and not absolute:
             return None
         ratio = value / med if med else None
+        severe = absolute or held >= cfg.persist_steps or (
+            typical is not None and value >= cfg.severe_ratio * typical)
         evidence = {"grad_norm": value, "rolling_median": med, "window_max": top, "ratio": ratio,
+                    "typical_abs": typical, "severe_ratio": cfg.severe_ratio, "steps": held,
                     "threshold_ratio": cfg.explode_ratio, "threshold_abs": cfg.explode_abs,
-                    "signal": "grad norm", "onset_step": step}
+                    "signal": "grad norm", "onset_step": self._blowup[net].onset}
         shown = f" ({ratio:.1f}× its median {med:.3g})" if ratio else ""
         clip, moved = self._absorbed(net, value, view)
         if clip is not None:  # clipped, and the weights moved as usual: a spike, not a blow-up
@@ -162,7 +203,9 @@ class Gradients(Detector):
                              evidence, key=f"explosion/{net}",
                              message_zh=f"{net} 梯度范数突增至 {value:.3g}，已被裁剪到 "
                                         f"{clip:.3g}，参数更新幅度正常")
-        return Condition("red", f"{net} gradient norm exploded to {value:.3g}{shown}", evidence,
+        return Condition("red" if severe else "orange",
+                         f"{net} gradient norm exploded to {value:.3g}{shown}"
+                         + (f", {held} steps in a row" if held > 1 else ""), evidence,
                          key=f"explosion/{net}",
                          message_zh=f"{net} 梯度范数爆炸至 {value:.3g}")
 

@@ -14,6 +14,9 @@ Default thresholds: orange when |z| ≥ ``z_jump`` (6), or when the KS test give
 component does not alarm on tiny wiggles. The reference freezes while the condition holds. The
 samples are pooled as the KS reference from the first step on (not only once the level is judged),
 so a shift at the end of the warm-up meets a clean pool.
+A component constant over its whole reference (a spread of exactly 0) in a run that logs no
+``reward/std`` to scale it by gives a z-score against a spread of 0, which is no evidence: such a
+move is yellow (real run 025: a sparse 'attack' reward at 0 for 18 steps, then 0.125).
 Orange needs the whole distribution to move: when samples carry the component and the quartile on
 the far side of the move (the 25th percentile for a rise, the 75th for a fall) moved less than
 ``median_frac`` (0.5) × their mean's shift, the finding is yellow — a sparse
@@ -51,7 +54,7 @@ from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.stats import Lagged, cusum
-from rlcockpit.diagnostics.windows import Window, median, quantile
+from rlcockpit.diagnostics.windows import Window, mad, median, quantile
 from rlcockpit.metrics.ks import ks_test
 
 NOT_COMPONENTS = frozenset({"raw", "uncertainty", "normalized", "category"})
@@ -203,6 +206,18 @@ class RMComponentBias(Detector):
                     "ks_d": ks[0] if ks else None, "ks_p": ks[1] if ks else None,
                     "window": cfg.window, "signal": f"reward/{name}/mean",
                     "onset_step": self._onset(level, view.step)}
+        if not len(self._std) and mad(level.reference.values) == 0:
+            # a component constant over its whole reference and no reward/std to scale it by: the
+            # z is a ratio to a spread of 0 — no evidence (issue 26); a sparse component earned for
+            # the first time (real run 025: 'attack' 0 for 18 steps, then 0.125, z 125,000)
+            evidence = {**evidence, "reference_spread": 0.0}
+            return Condition(
+                "yellow", f"reward component {name!r} {direction} alone from a constant "
+                f"{level.median:.3g} to {now:.3g} (its history has no spread, so no z-score can "
+                "say how unusual this is): a component first earned, or a head that changed",
+                evidence, key=name,
+                message_zh=f"奖励分量 {name} 从恒定值 {level.median:.3g} 单独变为 {now:.3g}"
+                "（历史无波动，无法用 z 分数判断）：可能是首次获得该分量，也可能是奖励头变化")
         spread = self._spread_only(name, view)
         if spread is not None:
             evidence = {**evidence, "sample_mean_shift": spread[0], "sample_quartile_shift": spread[1]}
