@@ -208,3 +208,23 @@ def test_doctor_import_diagnoses_each_console_log(tmp_path, name, source, must_r
     assert logged["carried"] >= logged["ran"] >= 1
     if name == "trl_grpo_console.log":
         assert report["import"]["step_from_row_order"]
+
+
+def test_ms_swift_logging_jsonl_is_told_from_trl_by_its_own_keys(tmp_path):
+    """ms-swift appends the same dicts to output_dir/logging.jsonl (swift/trainers/patcher.py)."""
+    line = parse_pydict((CONSOLE / "ms_swift_grpo.log").read_text().splitlines()[2])
+    log = tmp_path / "logging.jsonl"
+    log.write_text(json.dumps(line) + "\n")
+    parsed = read_paths([log])
+    assert parsed.sources == {"ms-swift"} and parsed.steps == [1]  # from "global_step/max_steps"
+    assert parsed.elapsed == {1: 318.0}
+
+
+def test_a_jsonl_without_steps_asks_for_a_step_key_or_row_order(tmp_path):
+    log = tmp_path / "pasted.jsonl"
+    log.write_text('{"loss": 0.1, "reward": 0.5, "kl": 0.01}\n{"loss": 0.2, "reward": 0.6, "kl": 0.02}\n')
+    result = cli("import", "--store", f"sqlite:///{tmp_path / 's.db'}", log)
+    assert result.returncode == 2 and "--format console-dicts" in result.stderr
+    assert not (tmp_path / "s.db").exists()
+    parsed = read_paths([log], fmt="console-dicts")
+    assert parsed.steps == [1, 2] and parsed.files[0]["step_from"] == "row order"

@@ -13,7 +13,7 @@ import json
 import math
 import sys
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,17 +74,20 @@ class ParsedImport:
 
 
 def add_foreign_steps(parsed: ParsedImport, rows: Mapping[int, Mapping[str, tuple[float, float]]],
-                      source: str | None, key_map: Mapping[str, str] | None = None) -> str:
+                      source: str | None, key_map: Mapping[str, str] | None = None,
+                      seen: Iterable[str] = ()) -> str:
     """Rename foreign keys per step through the user's ``key_map`` and the alias table and add
     them to ``parsed``.
 
     ``rows`` maps step -> {foreign key: (value, wall time)}. Without ``source`` it is detected from
-    the keys the user did not map (see :func:`detect_source`); returns the source used.
+    the keys the user did not map (see :func:`detect_source`), with ``seen`` — keys of the records
+    that hold no number (ms-swift's ``remaining_time``) or were read as the step or the clock —
+    counting too; returns the source used.
     """
     key_map = key_map or {}
     if source is None:
-        keys = {k for values in rows.values() for k in values if k not in key_map}
-        source = detect_source(keys) or UNKNOWN_SOURCE
+        keys = {k for values in rows.values() for k in values} | set(seen) | set(parsed.skipped)
+        source = detect_source(k for k in keys if k not in key_map) or UNKNOWN_SOURCE
     for step in sorted(rows):
         values = rows[step]
         for key, name in rename_keys(values, source, key_map).items():

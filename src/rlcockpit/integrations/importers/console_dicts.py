@@ -115,6 +115,7 @@ class _Reader:
         self.rows: dict[int, dict[str, tuple[float, float]]] = {}
         self.clock: dict[int, ClockReading] = {}
         self.last_step = 0
+        self.seen: set[str] = set()  # every key of the records, for source detection
         self.noise = self.records = self.by_order = self.summaries = 0
 
     def line(self, number: int, text: str) -> None:
@@ -128,6 +129,7 @@ class _Reader:
             return
         where = f"line {number}"
         step = step if step is not None else _step_of(values, self.step_key, self.path, where)
+        self.seen.update(k for k in STEP_KEYS if k in text)
         if step is None:
             step = self.last_step if _is_eval(values) and self.last_step else self.last_step + 1
             self.by_order += 1
@@ -135,6 +137,7 @@ class _Reader:
         self.add(step, values, where)
 
     def add(self, step: int, values: dict[str, Any], where: str) -> None:
+        self.seen.update(values)
         reading = pop_clock(values)
         if reading is not None:
             self.clock[step] = reading
@@ -158,7 +161,7 @@ def read_file(path: Path, source: str | None, *, key_map: Mapping[str, str] | No
                    "Pass the console log of a Trainer / OpenRLHF run, or the trainer's own log file")
     parsed = reader.parsed
     settle_clock(reader.clock, reader.rows, parsed)
-    used = add_foreign_steps(parsed, reader.rows, source, key_map)
+    used = add_foreign_steps(parsed, reader.rows, source, key_map, seen=reader.seen)
     entry: dict[str, Any] = {"path": str(path.resolve()), "format": FORMAT, "source": used,
                              "records": reader.records, "steps": len(reader.rows),
                              "lines_ignored": reader.noise}

@@ -135,8 +135,10 @@ def read_file(path: Path, source: str | None, *, key_map: Mapping[str, str] | No
     parsed = ParsedImport()
     rows: dict[int, dict[str, tuple[float, float]]] = {}
     clock: dict[int, ClockReading] = {}
+    seen: set[str] = set()  # every key of the records (the step's too), for source detection
     records = 0
     for where, obj in _records(path):
+        seen.update(obj)
         step, values, wall = _split_line(obj, path, where, step_key)
         reading = pop_clock(values)
         if reading is not None:
@@ -152,7 +154,7 @@ def read_file(path: Path, source: str | None, *, key_map: Mapping[str, str] | No
     if not records:
         raise fail(path, "", "holds no records", "Pass a non-empty file-logger file")
     settle_clock(clock, rows, parsed)
-    used = add_foreign_steps(parsed, rows, source, key_map)
+    used = add_foreign_steps(parsed, rows, source, key_map, seen=seen)
     parsed.files.append({"path": str(path.resolve()), "format": FORMAT, "source": used,
                          "records": records, "steps": len(rows)})
     return parsed
