@@ -68,15 +68,28 @@ def test_skipped_without_any_input_and_bad_thresholds_fail_at_setup():
 # ---------------------------------------------------------------------------- truncation
 
 
-def test_truncation_from_step_zero_is_yellow_after_three_steps_and_never_more():
+def test_every_answer_cut_from_step_zero_is_orange_after_three_steps():
+    # issue 26: a run broken from step 1 must not look like a "watch"
     rows = [{"response/truncated_frac": 1.0, "response/length_mean": 3.0,
              "rollout/max_new_tokens": 3.0}] * 40
     found = keyed(make(), rows, "truncation")
-    assert found[0] == (2, "yellow") and {s for _, s in found} == {"yellow"}
+    assert found[0] == (2, "orange") and {s for _, s in found} == {"orange"}
     step, cond = first(make(), rows, key="truncation")
     assert cond.evidence["onset_step"] == 0 and cond.evidence["length_cap"] == 3.0
+    assert cond.evidence["from_start"] is True and "since the run began" in cond.message
     assert "100% of responses hit the length cap" in cond.message and "100% of the cap 3" in cond.message
     assert "截断" in cond.message_zh
+
+
+@pytest.mark.parametrize("rows", [
+    # most but not every answer cut (real run 002, healthy: 100 %, 87.5 %, 37.5 % ...): yellow
+    [{"response/truncated_frac": f} for f in (1.0, 0.875, 0.95, 1.0, 1.0, 1.0, 1.0)],
+    # every answer cut, but only from step 3 on: a change, not a failure present from the start
+    [{"response/truncated_frac": f} for f in (0.3, 0.4, 1.0, 1.0, 1.0, 1.0, 1.0)],
+])
+def test_truncation_not_total_from_the_start_stays_yellow(rows):
+    found = keyed(make(), rows, "truncation")
+    assert found and {s for _, s in found} == {"yellow"}
 
 
 @pytest.mark.parametrize("frac, fires", [(0.5, True), (0.49, False), (0.0, False)])
@@ -92,9 +105,11 @@ def test_mean_length_pinned_at_the_logged_cap_counts_without_truncated_frac(leng
 
 
 def test_the_cap_comes_from_the_config_when_the_run_does_not_log_it():
-    rows = [{"response/length_mean": 510.0}] * 5
+    rows = [{"response/length_mean": 500.0}] * 5
     assert keyed(make(), rows, "truncation") == []  # unknown cap: not judged
     assert keyed(make(length_cap=512), rows, "truncation")[0] == (2, "yellow")
+    pinned = [{"response/length_mean": 508.0}] * 5  # >= 0.99 x 512 from the start: every answer
+    assert keyed(make(length_cap=512), pinned, "truncation")[0] == (2, "orange")
 
 
 def test_one_odd_step_neither_starts_nor_ends_a_finding():
@@ -170,9 +185,15 @@ def test_a_kl_that_was_positive_and_falls_to_zero_is_left_to_kl_zero():
 
 
 def test_zero_reward_std_is_yellow_after_three_steps_and_orange_after_ten():
+    rows = [{"reward/std": 0.3, "reward/mean": 0.2}] * 2 + [{"reward/std": 0.0, "reward/mean": 0.0}] * 12
+    found = dict(keyed(make(), rows, "no_signal"))
+    assert min(found) == 4 and found[4] == found[10] == "yellow" and found[11] == "orange"
+
+
+def test_zero_reward_std_from_the_first_step_is_orange_at_once():
     rows = [{"reward/std": 0.0, "reward/mean": 0.0}] * 12
     found = dict(keyed(make(), rows, "no_signal"))
-    assert min(found) == 2 and found[2] == found[8] == "yellow" and found[9] == "orange"
+    assert min(found) == 2 and set(found.values()) == {"orange"}
 
 
 @pytest.mark.parametrize("frac, fires", [(1.0, True), (0.99, True), (0.98, False)])
@@ -288,12 +309,12 @@ def _doctor(uri: str) -> dict:
 
 
 @pytest.mark.slow
-def test_every_response_cut_at_three_tokens_is_reported_by_doctor(tmp_path):
+def test_every_response_cut_at_three_tokens_is_orange_in_doctor(tmp_path):
     uri = _train(tmp_path, "ppo", 6, "rollout.max_new_tokens=3")
     report = _doctor(uri)
     found = [f for f in report["findings"] if f["detector"] == "levels"
              and f["evidence"]["key"] == "truncation" and f["status"] == "raised"]
-    assert found and found[0]["step"] == 3 and found[0]["severity"] == "yellow"
+    assert found and found[0]["step"] == 3 and found[0]["severity"] == "orange"
     assert found[0]["evidence"]["onset_step"] == 1 and found[0]["evidence"]["length_cap"] == 3
     assert "hit the length cap" in found[0]["message"]
 

@@ -40,10 +40,13 @@ stripped) among at least ``min_samples`` (4): one answer for every prompt.
 Default thresholds: a check turns on after ``confirm`` = 3 steps in a row at its level and off
 after 3 steps in a row without (one odd step neither starts nor ends a finding).
 ``truncation`` yellow when ≥ ``trunc_frac`` = 0.5 of the responses are truncated or the mean
-length is ≥ ``cap_frac`` = 0.95 × the cap — yellow at most: the healthy-labelled real run 002
-(GSM8K, Qwen3.5-9B) has 35 logged steps in a row with ≥ 50 % truncated and 20 with ≥ 95 %, its
-mean length pinned at the 512 cap: the picture of a broken cap, so the level alone cannot justify
-orange; the checks below say when it hurts. ``entropy_zero`` yellow below ``entropy_low`` = 0.01
+length is ≥ ``cap_frac`` = 0.95 × the cap: the healthy-labelled real run 002 (GSM8K, Qwen3.5-9B)
+has 35 logged steps in a row with ≥ 50 % truncated and 20 with ≥ 95 %, its mean length pinned at
+the 512 cap, and still learns (its accuracy reward is earned before the cut), so the level alone
+cannot justify orange. Orange when *every* answer (≥ ``all_frac`` = 0.99; without a truncation
+share, a mean length ≥ 0.99 × the cap) has been cut on every step since the first one: the run
+has never produced a whole answer, a failure present from the start that makes it useless
+(issue 26; 002 falls to 88 % at its second logged step, 001 to 98.75 %). ``entropy_zero`` yellow below ``entropy_low`` = 0.01
 nats per token, orange below ``entropy_zero`` = 0.001 (healthy-labelled real runs stay ≥ 0.036,
 run 004; the recorded healthy tiny-world runs ≥ 0.057). ``entropy_uniform`` orange at ≥ ``uniform_frac`` = 0.9 ×
 log(V) (the largest real-run entropy, 6.36 nats in the failed run 001 with V ≈ 248k, is 0.51 of
@@ -52,7 +55,8 @@ uniform). ``kl_zero_start`` orange when |KL| ≤ ``kl_eps`` = 1e-6 nats per toke
 a token maximum of 5e-6; the first logged KL of a healthy run is ≥ 7e-6, real run 024) — orange,
 not red, because logs printed with 3 decimals (verl) read a small KL as 0.000. ``no_signal``
 yellow when ``reward/std`` ≤ ``std_eps`` = 1e-9 or ``reward/frac_zero_std_groups`` ≥
-``zero_std_groups`` = 0.99, orange after ``persist`` = 10 steps in a row (healthy-labelled real
+``zero_std_groups`` = 0.99, orange after ``persist`` = 10 steps in a row, or at once when it has
+held since the first step (no learning signal from the start: the run cannot learn) (healthy-labelled real
 runs have at most 1 such logged step in a row, 002 and 004; run 005, one or two groups per step,
 6; the sparse-reward run 016 19, on 84 of its 100 steps). ``no_update`` orange at the first
 step, red after 3 in a row (a zero gradient with a learning signal does not happen by chance when
@@ -113,6 +117,9 @@ class LevelsConfig(Config):
                                range=(0.0, 1.0))
     cap_frac: float = option(0.95, help="Mean response length at least this × the cap counts as "
                              "pinned at the cap.", range=(0.0, 1.0))
+    all_frac: float = option(0.99, help="Share of truncated responses that counts as every "
+                             "answer cut; from the first step on, that makes truncation orange.",
+                             range=(0.0, 1.0))
     length_cap: int = option(0, help="The configured max new tokens, for runs that do not log "
                              "rollout/max_new_tokens (imported runs); 0 = unknown.",
                              range=(0, None))
@@ -194,10 +201,13 @@ class Levels(Detector):
         self._moved = False  # an earlier step updated the policy
         self._kl_seen = False  # the KL has been above kl_eps at some step
         self._prev_step: int | None = None
+        self._first_step: int | None = None
 
     def update(self, view: StepView) -> list[Condition] | object:
         if not any(view.get(n) is not None for n in self.reads) and not view.samples:
             return SKIPPED
+        if self._first_step is None:
+            self._first_step = view.step
         stride_one = self._stride_one(view.step)
         found = [self._truncation(view), self._entropy_zero(view), self._entropy_uniform(view),
                  self._kl_zero(view), self._no_signal(view), self._no_update(view, stride_one),
@@ -215,8 +225,13 @@ class Levels(Detector):
         pinned = cap is not None and length is not None and length >= cfg.cap_frac * cap
         level = self._level("truncation", (frac is not None and frac >= cfg.trunc_frac) or pinned,
                             view.step)
+        every = frac >= cfg.all_frac if frac is not None else (
+            cap is not None and length is not None and length >= cfg.all_frac * cap)
+        whole = self._level("truncation/all", every, view.step)
         if not self._report(level):
             return self._last.get("truncation") if level.on else None
+        # every answer cut since the first step: the run has never produced a whole answer
+        useless = whole.on and self._from_start(whole)
         share = f"{frac:.0%} of responses" if frac is not None else "the responses"
         at_cap = (f" (mean length {length:.3g} = {length / cap:.0%} of the cap {cap:.0f} tokens)"
                   if cap is not None and length is not None else "")
@@ -225,9 +240,13 @@ class Levels(Detector):
         evidence = self._evidence(level, "truncation", "truncation_rise", truncated_frac=frac,
                                   length_mean=length, length_cap=cap, threshold=cfg.trunc_frac,
                                   cap_frac=cfg.cap_frac)
+        evidence["from_start"] = useless
+        tail = (": no answer has been whole since the run began — nothing it learns is a finished "
+                "answer" if useless else ": answers are cut off")
         return self._keep(Condition(
-            "yellow", f"{share} hit the length cap without EOS{_since(level)}{at_cap}: answers "
-            "are cut off", evidence, key="truncation",
+            "orange" if useless else "yellow",
+            f"{share} hit the length cap without EOS{_since(level)}{at_cap}{tail}", evidence,
+            key="truncation",
             message_zh=f"{_since_zh(level)}{_share_zh(frac)}回复触达长度上限且无 EOS{at_cap_zh}："
                        "回答被截断"))
 
@@ -297,7 +316,8 @@ class Levels(Detector):
         level = self._level("no_signal", _no_variance(std, groups, cfg), view.step)
         if not self._report(level):
             return self._last.get("no_signal") if level.on else None
-        severity = "orange" if level.run >= cfg.persist else "yellow"
+        from_start = self._from_start(level)
+        severity = "orange" if level.run >= cfg.persist or from_start else "yellow"
         flat = std is not None and std <= cfg.std_eps
         what = (f"every sample got the same reward (std {std:.2g})" if flat
                 else f"{groups:.0%} of the prompt groups have identical rewards")
@@ -305,7 +325,7 @@ class Levels(Detector):
                    else f"{groups:.0%} 的提示组内奖励完全相同")
         evidence = self._evidence(level, "reward std", "reward_variance_collapse",
                                   reward_std=std, frac_zero_std_groups=groups,
-                                  run=level.run, persist=cfg.persist,
+                                  run=level.run, persist=cfg.persist, from_start=from_start,
                                   threshold=cfg.zero_std_groups)
         return self._keep(Condition(
             severity, f"no learning signal{_since(level)}: {what}", evidence, key="no_signal",
@@ -369,6 +389,12 @@ class Levels(Detector):
                   ) -> dict[str, object]:
         return {**values, "steps": level.held, "confirm": level.confirm, "signal": signal,
                 "onset_step": level.onset, "pattern": pattern}
+
+    def _from_start(self, level: _Level) -> bool:
+        """Whether the level has held since the first step this detector saw (a failure present
+        from the start, never broken by a step without it)."""
+        return level.onset is not None and level.onset == self._first_step and \
+            level.held == level.run
 
     def _stride_one(self, step: int) -> bool:
         """Whether this step's metrics describe one optimizer step (the logging interval is 1)."""
