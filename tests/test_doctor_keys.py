@@ -99,6 +99,10 @@ def test_catalog_meanings_and_suggestions():
     assert catalog_meanings("import/unknown/kl") == {"kl/token_mean"}  # TRL's and OpenRLHF's kl
     assert catalog_meanings("reward/mean") == {"reward/mean"}
     assert catalog_meanings("import/unknown/zzz") == frozenset()
+    # a look-alike its own source keeps foreign carries nothing, although another table maps the key
+    assert catalog_meanings("import/minimind-grpo/KL_ref") == frozenset()
+    assert catalog_meanings("import/unknown/KL_ref") == {"kl/token_mean"}  # MiniMind PPO's
+    assert catalog_meanings("import/ms-swift/reward_std") == frozenset()
     assert suggest_names("import/unknown/mean_reward")[0] == "reward/mean"
     assert "sys/gpu_mem_gb" in suggest_names("import/unknown/memory_gb")
     assert kept_note("import/minimind-grpo/KL_ref").startswith("log pi_ref - log pi")
@@ -209,3 +213,40 @@ def test_new_alias_rows_map_real_keys(key, source, expected):
 ])
 def test_look_alikes_of_the_new_sources_stay_foreign(key, source):
     assert to_catalog(key, source) is None
+
+
+def _write_events(path: Path, points: dict[int, dict[str, float]], wall0: float = 1.7e9) -> None:
+    """An event file through TensorBoard's own RecordWriter, as NeMo-RL's TensorboardLogger writes
+    ``logger.log_metrics(metrics, step, prefix)`` (``<prefix>/<name>`` scalars)."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    with path.open("wb") as handle:
+        writer = RecordWriter(handle)
+        writer.write(Event(wall_time=wall0, file_version="brain.Event:2").SerializeToString())
+        for step, values in sorted(points.items()):
+            summary = Summary(value=[Summary.Value(tag=t, simple_value=v) for t, v in values.items()])
+            writer.write(Event(wall_time=wall0 + 30 * step, step=step, summary=summary).SerializeToString())
+        writer.flush()
+
+
+def test_a_nemo_rl_tensorboard_run_is_recognised_and_diagnosed(tmp_path):
+    folder = tmp_path / "tb_logs"
+    folder.mkdir()
+    _write_events(folder / "events.out.tfevents.1700000000.node.1", {
+        step: {"train/loss": 0.05, "train/reward": 0.1 * step, "train/grad_norm": 0.4,
+               "train/lr": 1e-6, "train/kl_penalty": 0.001 * step, "train/approx_entropy": 0.9,
+               "train/mean_gen_tokens_per_sample": 300.0, "train/truncation_rate": 0.02,
+               "train/gen_kl_error": 0.0004, "timing/train/total_step_time": 30.0,
+               "validation/accuracy": 0.4 + 0.01 * step}
+        for step in range(1, 13)})
+    code, out, err = run_cli("doctor", "--store", f"sqlite:///{tmp_path / 'd.db'}", "--json",
+                             "--import", folder)
+    report = json.loads(out)
+    assert code == report["exit_code"] and "[nemo-rl]" in err
+    ran = {c["detector"] for c in report["coverage"]["detectors"] if c["state"] == "ran"}
+    assert {"entropy", "kl_tiers", "nonfinite"} <= ran
+    keys = [k["key"] for k in report["import"]["keys_not_understood"]]
+    assert keys == ["import/nemo-rl/train/gen_kl_error"]
+    assert report["import"]["timing"]["synthetic"] is False  # the event times

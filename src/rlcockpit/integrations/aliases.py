@@ -201,10 +201,14 @@ def foreign_key(name: str) -> tuple[str | None, str]:
 def catalog_meanings(name: str) -> frozenset[str]:
     """Every catalog name ``name`` means under any trainer's table: itself when it is a catalog
     name, else the targets of the aliases of every source that know the key (an
-    ``import/<source>/<key>`` name is looked up by its key). Empty when no table knows it."""
-    _, key = foreign_key(name)
+    ``import/<source>/<key>`` name is looked up by its key). Empty when no table knows it, and when
+    the key's own source keeps it as a look-alike (:data:`KEPT`: MiniMind GRPO's ``KL_ref`` is no
+    KL although MiniMind PPO's is)."""
+    source, key = foreign_key(name)
     if is_catalog_name(key):
         return frozenset({key})
+    if source is not None and kept_note(name) is not None:
+        return frozenset()
     return frozenset(t for s in SOURCES if (t := _lookup(key, s)) is not None)
 
 
