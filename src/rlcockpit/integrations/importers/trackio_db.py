@@ -45,7 +45,9 @@ def _is_sqlite(path: Path) -> bool:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    conn.text_factory = lambda raw: raw.decode("utf-8", "replace")  # a damaged page: no UnicodeError
+    return conn
 
 
 def _columns(conn: sqlite3.Connection) -> list[str]:
@@ -61,12 +63,13 @@ def sniff(path: Path) -> bool:
             return all(c in _columns(conn) for c in REQUIRED)
         finally:
             conn.close()
-    except sqlite3.Error:
+    except (sqlite3.Error, UnicodeDecodeError):
         return False
 
 
 def _runs(conn: sqlite3.Connection) -> list[str]:
-    return [row[0] for row in conn.execute("SELECT DISTINCT run_name FROM metrics ORDER BY run_name")]
+    rows = conn.execute("SELECT DISTINCT run_name FROM metrics ORDER BY run_name")
+    return [str(row[0]) for row in rows if row[0] is not None]
 
 
 def _choose_run(path: Path, runs: list[str], run_name: str | None) -> str:
@@ -103,8 +106,8 @@ def _read(path: Path, run_name: str | None) -> tuple[str, list[tuple[Any, Any, A
                                 "FROM metrics WHERE run_name = ? ORDER BY step, rowid", (run,)).fetchall()
         finally:
             conn.close()
-    except sqlite3.Error as exc:
-        raise fail(path, "", f"cannot be read as a SQLite database ({exc})",
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        raise fail(path, "", f"cannot be read as a SQLite database ({type(exc).__name__}: {exc})",
                    "Pass an intact Trackio project database") from exc
     return run, rows
 
