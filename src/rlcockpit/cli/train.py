@@ -116,12 +116,16 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 def run_command(args: argparse.Namespace) -> int:
     cfg = build_config(args)  # fail fast, before torch is imported
-    resume_path = None
+    resume_path, refill_note = None, None
     if args.resume:
         from rlcockpit.trainer.checkpoint import checkpoint_config, resolve_checkpoint
 
         resume_path = resolve_checkpoint(args.resume, cfg.checkpoint.dir)
         cfg = build_config(args, base=checkpoint_config(resume_path))
+        if "WORLD_SIZE" not in os.environ:  # once, before torchrun's ranks start: they get the choice
+            resume_path, refill_note = refill(resume_path, cfg)
+            cfg = build_config(args, base=checkpoint_config(resume_path))
+            args.resume = str(resume_path)
         if not getattr(args, "force", False) and "WORLD_SIZE" not in os.environ:  # fail fast, before the models load
             refuse_if_held_by_another(cfg, resume_path)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
@@ -134,6 +138,7 @@ def run_command(args: argparse.Namespace) -> int:
     main_rank = group.is_main
     trainer = Trainer(cfg, resume_from=resume_path, control_store=control_store(cfg) if main_rank else None,
                       group=group, take_over=getattr(args, "force", False))
+    trainer.resume_note = refill_note
     closers = wire_trainer(trainer, cfg) if main_rank else []  # Prometheus, Alertmanager, logs, traces
     try:
         if args.quiet or cfg.ops.log_format == "json" or not main_rank:  # JSON lines: no progress bar
@@ -145,6 +150,14 @@ def run_command(args: argparse.Namespace) -> int:
         close_all(closers)
         group.close()
     return 0 if result.status in ("finished", "stopped") else 1
+
+
+def refill(resume_path: Path, cfg: TrainConfig) -> tuple[Path, dict[str, Any] | None]:
+    """``--resume``: go back to the newest checkpoint before the first step the store lost
+    (trainer/refill.py); the checkpoint itself when nothing is missing."""
+    from rlcockpit.trainer.refill import refill_point
+
+    return refill_point(resume_path, cfg)
 
 
 def launch(args: argparse.Namespace, cfg: TrainConfig) -> int:

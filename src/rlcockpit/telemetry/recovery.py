@@ -86,23 +86,29 @@ def recover(opened: Any, writer: Any, run_id: str, options: WriterOptions, *,
 
 
 def missing_steps(store_uri: str, run_id: str, upto: int, options: WriterOptions | None = None,
-                  first: int = 1) -> list[int]:
+                  first: int = 1, metric: str | None = None) -> list[int]:
     """The steps ``first..upto`` of a run whose every step is logged (the trainer's) that are
-    neither in the store nor waiting in the run's spool (replayed when the run is resumed)."""
+    neither in the store nor waiting in the run's spool (replayed when the run is resumed). With
+    ``metric``, a step counts as stored only when it has that metric (one every step logs), so a
+    step of which only late records landed is missing too."""
     from rlcockpit.store import open_store
 
     options = options or WriterOptions()
-    opened = open_store(store_uri)
+    opened = open_store(store_uri, create=False)
     try:
         reader = opened.reader()
         try:
             wanted = StepRanges([(first, upto)]) if upto >= first else StepRanges()
-            wanted.remove(_stored(reader, run_id, wanted))
+            if metric is not None:
+                wanted.remove(reader.read_series(run_id, [metric], step_min=first,
+                                                 step_max=upto)[metric].steps)
+            else:
+                wanted.remove(_stored(reader, run_id, wanted))
             spool = open_spool(opened.uri, run_id, options)
             if spool is not None and spool.pending:
                 if spool.spool_id:
                     spool.replayed_seq = _replayed_through(reader, run_id, spool.spool_id)
-                wanted.remove(spool.spooled_steps())
+                wanted.remove(spool.spooled_steps(metric))
         finally:
             reader.close()
     finally:

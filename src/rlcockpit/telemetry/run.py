@@ -124,6 +124,18 @@ class Run:
         with contextlib.suppress(queue.Full):
             self._items.put_nowait(("commit", step, None, 0.0))
 
+    def mark_missing(self, steps: Iterable[int]) -> None:
+        """Steps of this run the store lacks that the caller knows of (a resumed trainer that
+        found a gap): counted in ``telemetry/missing_steps`` until they are logged again."""
+        with contextlib.suppress(queue.Full):
+            self._items.put_nowait(("missing", None, [int(s) for s in steps], 0.0))
+
+    @property
+    def first_missing_step(self) -> int | None:
+        """The first step logged but not in the store (spooled or lost), None when there is none."""
+        ranges = self._thread.delivery.missing.ranges()
+        return ranges[0][0] if ranges else None
+
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
         """Hand what this thread logs inside the block to the writer as one queue item at its end,
@@ -289,6 +301,8 @@ class Run:
             except queue.Empty:
                 return
             for kind, _, payload, _ in (item[2] if item[0] == "batch" else [item]):
+                if kind == "missing":
+                    continue
                 if kind == "flush":
                     payload.set()  # nothing more will be written: do not keep the caller waiting
                 elif kind not in ("commit", "close"):

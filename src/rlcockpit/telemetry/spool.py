@@ -99,11 +99,15 @@ class Spool:
     def size(self) -> int:
         return self._size
 
-    def spooled_steps(self) -> list[int]:
-        """The steps of the frames not yet replayed (read from the file)."""
+    def spooled_steps(self, metric: str | None = None) -> list[int]:
+        """The steps of the frames not yet replayed (read from the file); with ``metric``, only
+        the steps whose frames hold that metric."""
         steps: set[int] = set()
         for _, parts, _ in self.frames():
-            steps.update(step_set(parts))
+            if metric is None:
+                steps.update(step_set(parts))
+            else:
+                steps.update(int(m.step) for m in parts.metrics if m.name == metric)
         return sorted(steps)
 
     # ------------------------------------------------------------------ writing

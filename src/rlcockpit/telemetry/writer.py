@@ -128,6 +128,8 @@ class BackgroundWriter(threading.Thread):
                     self._drops.warn("internal", "rlcockpit telemetry writer error", exc_info=True)
         elif kind == "commit":
             self._asm.commit(step)
+        elif kind == "missing":  # Run.mark_missing: steps the caller knows the store lacks
+            self.delivery.missing.add(payload)
         elif kind == "flush":
             try:
                 self._flush()
@@ -189,9 +191,9 @@ class BackgroundWriter(threading.Thread):
         """Write the complete steps (telemetry/delivery.py: retries, splitting, the spool)."""
         parts = self._asm.take_ready()
         self._last_write = time.monotonic()
+        self.delivery.replay()  # what waits in the spool goes first (due at once after init)
         if len(parts):
             self.delivery.deliver(parts)
-        self.delivery.replay()
         self._report_drops()
 
     def _after_write(self, parts: Parts) -> None:

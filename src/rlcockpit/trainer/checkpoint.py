@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from rlcockpit.config import to_dict
-from rlcockpit.errors import ConfigError
+from rlcockpit.errors import ConfigError, RlcockpitError
 from rlcockpit.trainer.live import LiveParams
 
 if TYPE_CHECKING:
@@ -58,24 +58,56 @@ def checkpoint_dir(root: str | Path, run_id: str, step: int) -> Path:
     return Path(root) / run_id / f"step_{step:07d}"
 
 
+class CheckpointError(RlcockpitError):
+    """A checkpoint could not be written (``checkpoint.on_error=stop`` ends the run with it)."""
+
+    code = "checkpoint_failed"
+    http_status = 500
+
+
 def save_checkpoint(path: Path, *, actor: Any, tokenizer: Any, critic: torch.nn.Module | None,
                     state: dict[str, Any], reason: str) -> Path:
+    """Write the checkpoint into ``step_<N>.tmp/`` and rename it into place; what fails on the way
+    (a full disk) removes the temporary directory and raises."""
     tmp = path.with_name(path.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    actor.save_pretrained(tmp / "actor", safe_serialization=True)
-    tokenizer.save_pretrained(tmp / "actor")
-    if critic is not None:
-        torch.save(critic.state_dict(), tmp / "critic.pt")
-    torch.save({"format": FORMAT, **state}, tmp / STATE_FILE)
-    meta = {"run_id": state["run_id"], "step": state["step"], "reason": reason, "wall_time": time.time()}
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    if path.exists():
-        shutil.rmtree(path)
-    tmp.rename(path)
-    point_latest(path)
+    t0 = time.perf_counter()
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        actor.save_pretrained(tmp / "actor", safe_serialization=True)
+        tokenizer.save_pretrained(tmp / "actor")
+        if critic is not None:
+            torch.save(critic.state_dict(), tmp / "critic.pt")
+        torch.save({"format": FORMAT, **state}, tmp / STATE_FILE)
+        meta = {"run_id": state["run_id"], "step": state["step"], "reason": reason, "wall_time": time.time(),
+                "duration_s": time.perf_counter() - t0}  # re-logged as time/checkpoint_s on resume
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+        point_latest(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return path
+
+
+def failure_text(exc: BaseException) -> str:
+    """One line for a failed checkpoint write: the exception's type and first line (torch's
+    'PytorchStreamWriter failed writing file ...' and OSError's 'No space left on device')."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and isinstance(cause, OSError) and cause.strerror:
+        first = f"{first} ({cause.strerror})" if first else cause.strerror
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def checkpoint_duration(path: Path) -> float | None:
+    """How long writing checkpoint ``path`` took (its meta.json), None if it does not say."""
+    meta = read_meta(path) or {}
+    value = meta.get("duration_s")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def point_latest(path: Path) -> None:
@@ -83,14 +115,15 @@ def point_latest(path: Path) -> None:
     (path.parent.parent / "latest").write_text(str(path.resolve()), encoding="utf-8")
 
 
-def prune(run_dir: Path, keep: int) -> list[Path]:
-    """Delete all but the newest ``keep`` periodic checkpoints of a run (others are kept)."""
+def prune(run_dir: Path, keep: int, protect: Path | None = None) -> list[Path]:
+    """Delete all but the newest ``keep`` periodic checkpoints of a run (others are kept, and so is
+    ``protect``: the checkpoint a resume would refill the store's missing steps from)."""
     periodic = []
     for d in sorted(run_dir.glob("step_*")):
-        meta = _read_meta(d)
+        meta = read_meta(d)
         if meta is not None and meta.get("reason") == "periodic":
             periodic.append(d)
-    doomed = periodic[:-keep] if keep > 0 else periodic
+    doomed = [d for d in (periodic[:-keep] if keep > 0 else periodic) if d != protect]
     for d in doomed:
         shutil.rmtree(d, ignore_errors=True)
     return doomed
@@ -102,7 +135,7 @@ def checkpoint_before(root: str | Path, run_id: str, first_step: int) -> Path | 
     an incident (reason ``incident``) hold a state already judged unhealthy and are never chosen."""
     best: tuple[int, Path] | None = None
     for d in checkpoint_dir(root, run_id, 0).parent.glob("step_*"):
-        meta = _read_meta(d) or {}
+        meta = read_meta(d) or {}
         try:
             step = int(meta["step"])
         except (TypeError, ValueError, KeyError):
@@ -113,7 +146,8 @@ def checkpoint_before(root: str | Path, run_id: str, first_step: int) -> Path | 
     return best[1] if best else None
 
 
-def _read_meta(d: Path) -> dict[str, Any] | None:
+def read_meta(d: Path) -> dict[str, Any] | None:
+    """A checkpoint's meta.json (run id, step, reason, wall time, duration), None if unreadable."""
     try:
         return json.loads((d / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -193,6 +193,10 @@ class CheckpointConfig(Config):
     keep: int = option(3, help="Keep the newest N periodic checkpoints of a run (older ones are deleted).",
                        range=(1, 10_000))
     at_end: bool = option(True, help="Save a checkpoint when training ends (finished or stopped).")
+    on_error: str = option("continue", help='What a checkpoint that cannot be written (full disk, I/O '
+                           'error) does: "continue" records a checkpoint_failed event, removes the '
+                           'partial step_<N>.tmp/ directory, warns and trains on; "stop" also ends the run '
+                           "failed (a run_failed event, a one-line error).", choices=("continue", "stop"))
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,10 @@ class TelemetryConfig(Config):
     token_arrays_seed: int = option(0, help="Seed of the kept subset.", range=(0, None))
     histogram_bins: int = option(32, help="Bins of the per-step histograms (reward, length, advantage, value).",
                                  range=(2, 4096))
+    spool_dir: str = option("", help="Where whole steps wait while the store cannot be written (disk full, "
+                            "outage); empty: beside the store (runs.db -> runs.db-spool/). docs/telemetry.md.")
+    spool_max_mb: float = option(256.0, help="Largest spool file of the run in MiB (0 = no spool: a failed "
+                                 "write is dropped and counted).", range=(0.0, 1_000_000.0))
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,7 @@ class Trainer:
         self.step_hooks: list[StepHook] = []
         self.phase_listeners: list[PhaseListener] = []
         self.resume_from = Path(resume_from) if resume_from else None
+        self.resume_note: dict[str, Any] | None = None  # why resume_from was chosen (trainer/refill.py)
         self.take_over = take_over  # take the run's lease even from a live holder (train --force)
         self.telemetry: Any = None
         self.diagnosis = Diagnosis(config.diagnostics)
@@ -151,7 +152,8 @@ class Trainer:
         except KeyboardInterrupt:
             self.finish("stopped", reason="interrupted")
             raise
-        except BaseException:
+        except BaseException as exc:
+            self._record_failure(exc)
             self.finish("failed", reason=None)
             raise
         return self.finish("stopped" if self.stop_requested else "finished", reason="end")
@@ -203,6 +205,8 @@ class Trainer:
         if state is None:
             self.clock.durations["INIT"] = duration  # logged as time/init_s at step 0
         self.telemetry.event(self.step, "model_size", sm.model_size(m.actor, m.critic))
+        if state is not None:
+            self._after_resume()
         if self.prompts.skipped:
             self.telemetry.event(self.step, "prompts_skipped", {"count": self.prompts.skipped,
                                                                 "max_prompt_tokens": self.cfg.data.max_prompt_tokens})
@@ -326,12 +330,16 @@ class Trainer:
             self.apply_now(step)
         self._wait_while_paused(step)
         every = self.cfg.checkpoint.every
-        if step > 0 and every > 0 and step % every == 0:
+        periodic = step > 0 and every > 0 and step % every == 0
+        requests = self._take_checkpoint_requests()
+        if periodic or requests:  # DIAGNOSE's and HOTFIX's times go into the store with the checkpoint
+            self._log_durations(step)
+        if periodic:
             self.checkpoint(step, "periodic")
-        for item in self._take_checkpoint_requests():
+        for item in requests:
             path = self.checkpoint(step, "on_demand")
             item.resolve(step, path=path)
-        self.telemetry.log(step, {f"time/{p.lower()}_s": d for p, d in self.clock.take_durations().items()})
+        self._log_durations(step)  # CHECKPOINT's own time: re-logged from the checkpoint on resume
         self.telemetry.commit(step)
         self.diagnosis.act(step, rollback=True)
         if self.control is not None:
@@ -373,19 +381,24 @@ class Trainer:
         for item in self.live.drain():
             self._handle(item, step)
 
-    def checkpoint(self, step: int, reason: str) -> str:
+    def checkpoint(self, step: int, reason: str) -> str | None:
+        """Save a checkpoint; None when it could not be written (``checkpoint.on_error``)."""
         with self.clock.phase("CHECKPOINT", step):
             path = ckpt.checkpoint_dir(self.cfg.checkpoint.dir, self.telemetry.run_id, step)
-            ckpt.save_checkpoint(path, actor=self.models.actor, tokenizer=self.models.tokenizer,
-                                 critic=self.models.critic, state=self.state_dict(), reason=reason)
-            if reason == "periodic":
-                ckpt.prune(path.parent, self.cfg.checkpoint.keep)
+            try:
+                ckpt.save_checkpoint(path, actor=self.models.actor, tokenizer=self.models.tokenizer,
+                                     critic=self.models.critic, state=self.state_dict(), reason=reason)
+            except Exception as exc:  # a full disk must not end the run with a traceback: the policy says
+                self._checkpoint_failed(step, reason, path, exc)
+                return None
             if self.group.distributed:
                 self._boundary["checkpoints"].append(str(path))  # the other ranks add their RNG states
             self.telemetry.checkpoint(step, str(path), reason=reason)
             # in the store before training goes on: a rollback ticket is validated against the
             # stored checkpoints (a checkpoint write already takes far longer than this flush)
             self.telemetry.flush(timeout=2.0)
+            if reason == "periodic":  # after the flush: whether the store lost steps is known now
+                ckpt.prune(path.parent, self.cfg.checkpoint.keep, protect=self._refill_anchor())
         self.last_checkpoint = str(path)
         return str(path)
 
@@ -421,10 +434,14 @@ class Trainer:
 
     def finish(self, status: str, reason: str | None) -> TrainResult:
         """Final checkpoint (unless failed), close the run with its status."""
+        failure = None
         try:
             saved = bool(self.last_checkpoint and self.last_checkpoint.endswith(f"step_{self.step:07d}"))
             if self.telemetry is not None and reason and self.cfg.checkpoint.at_end and self.step > 0 and not saved:
                 self._final_checkpoint(reason)
+        except ckpt.CheckpointError as exc:  # checkpoint.on_error=stop: the run fails, said once
+            status, failure = "failed", exc
+            self._record_failure(exc)
         finally:
             self.clock.close()
             self.diagnosis.close()
@@ -433,6 +450,8 @@ class Trainer:
                 self.control.close(status, self.step)
             if self.telemetry is not None:
                 self.telemetry.close(status=status)
+        if failure is not None:
+            raise failure
         run_id = self.telemetry.run_id if self.telemetry is not None else ""
         return TrainResult(run_id, status, self.step, dict(self.last_metrics), self.last_checkpoint,
                            self.cfg.telemetry.store)
@@ -449,6 +468,54 @@ class Trainer:
                 path = ckpt.checkpoint_dir(self.cfg.checkpoint.dir, self.telemetry.run_id, self.step)
                 ckpt.save_rank_rng(path, self.group.rank, self)
                 self.last_checkpoint = str(path)
+
+    # ------------------------------------------------------------------ failures (checkpoint.py)
+
+    def _checkpoint_failed(self, step: int, reason: str, path: Path, exc: BaseException) -> None:
+        """A checkpoint that could not be written: an event, a loud warning (the partial directory
+        is gone: save_checkpoint); checkpoint.on_error=stop raises CheckpointError (one line)."""
+        text = ckpt.failure_text(exc)
+        policy = self.cfg.checkpoint.on_error
+        self.telemetry.event(step, "checkpoint_failed", {"reason": reason, "path": str(path), "error": text,
+                                                         "on_error": policy})
+        log.warning("CHECKPOINT FAILED at step %d (%s): %s; %s", step, path, text,
+                    "training goes on without it (checkpoint.on_error=continue)" if policy == "continue"
+                    else "stopping (checkpoint.on_error=stop)")
+        if policy == "stop":
+            raise ckpt.CheckpointError(
+                f"the checkpoint of step {step} could not be written to {path}: {text}; free space under "
+                "checkpoint.dir (or set checkpoint.on_error=continue to train on without it)",
+                details={"step": step, "path": str(path)}) from None
+
+    def _record_failure(self, exc: BaseException) -> None:
+        """The run_failed event of a run that ends on an exception (one line of it)."""
+        if self.telemetry is None or not self.group.is_main:
+            return
+        message = getattr(exc, "message", None) or str(exc)
+        self.telemetry.event(self.step, "run_failed", {"exception": type(exc).__name__,
+                                                       "message": (message.strip().splitlines() or [""])[0][:2000]})
+
+    def _refill_anchor(self) -> Path | None:
+        """While the store misses steps of this run (telemetry/spool), the checkpoint a resume
+        would refill them from: pruning keeps it."""
+        first = getattr(self.telemetry, "first_missing_step", None)
+        return self.checkpoint_before(first) if first is not None else None
+
+    def _log_durations(self, step: int) -> None:
+        durations = self.clock.take_durations()
+        if durations:
+            self.telemetry.log(step, {f"time/{p.lower()}_s": d for p, d in durations.items()})
+
+    def _after_resume(self) -> None:
+        """A resumed run re-logs its checkpoint step's time/checkpoint_s (logged after the checkpoint,
+        so a kill right after it lost it) and says why it resumed where it did (trainer/refill.py)."""
+        duration = ckpt.checkpoint_duration(self.resume_from)
+        if duration is not None and self.step > 0:
+            self.telemetry.log(self.step, {"time/checkpoint_s": duration})
+        if self.resume_note:
+            self.telemetry.event(self.step, "resume_refill", self.resume_note)
+            # marked missing until logged again (a refill) or for good (no checkpoint before them)
+            self.telemetry.mark_missing(s for lo, hi in self.resume_note["missing"] for s in range(lo, hi + 1))
 
     # ------------------------------------------------------------------ helpers
 
@@ -495,7 +562,8 @@ class Trainer:
         run_id = run_id or new_run_id()
         name = self.cfg.name or f"{self.cfg.algo}-{run_id}"
         return init(project=self.cfg.project, name=name, store=t.store, config=to_dict(self.cfg),
-                    run_id=run_id, resume=resume, token_arrays=policy,
+                    run_id=run_id, resume=resume, token_arrays=policy, spool_dir=t.spool_dir,
+                    spool_max_mb=t.spool_max_mb,
                     lease=LeaseOptions(kind="trainer"), force=self.take_over)
 
     def _step_metrics(self, state: StepState) -> dict[str, float]:
