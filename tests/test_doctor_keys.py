@@ -250,3 +250,22 @@ def test_a_nemo_rl_tensorboard_run_is_recognised_and_diagnosed(tmp_path):
     keys = [k["key"] for k in report["import"]["keys_not_understood"]]
     assert keys == ["import/nemo-rl/train/gen_kl_error"]
     assert report["import"]["timing"]["synthetic"] is False  # the event times
+
+
+def test_openrlhf_tensorboard_tags_reach_catalog_names(tmp_path):
+    """OpenRLHF's TensorboardLogger writes add_scalar(f"train/{k}") and add_scalar(f"eval/{k}")
+    (openrlhf/utils/logging_utils.py)."""
+    from rlcockpit.integrations.importers import read_paths
+
+    path = tmp_path / "events.out.tfevents.1700000000.host.1"
+    _write_events(path, {step: {"train/policy_loss": 0.01, "train/actor_grad_norm": 0.3,
+                                "train/kl": 0.001, "train/response_length": 300.0,
+                                "train/rollout/truncated_rate": 0.05, "train/timing/step_total": 110.0,
+                                "eval/eval_gsm8k_pass1": 0.6, "eval/eval_gsm8k_pass4": 0.8}
+                         for step in (1, 2)})
+    parsed = read_paths([path])
+    names = {n for _, n in parsed.metrics}
+    assert parsed.sources == {"openrlhf"}
+    assert {"policy/loss", "grad/norm/actor", "kl/token_mean", "response/truncated_frac",
+            "time/step_s", "eval/reward/category/gsm8k/mean", "kl/mean"} <= names
+    assert "import/openrlhf/eval/eval_gsm8k_pass4" in names  # pass@4: no catalog name

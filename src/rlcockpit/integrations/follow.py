@@ -41,6 +41,8 @@ from rlcockpit.integrations.importers import (
 )
 from rlcockpit.records import SampleRecord
 
+NOT_FOLLOWED = ("console-dicts", "deepspeed-chat", "console-kv", "wandb-csv", "trackio")  # import only
+
 log = logging.getLogger("rlcockpit.integrations.follow")
 STATE_VERSION = 1
 
@@ -161,6 +163,8 @@ class Follower:
             return self._ignore(path, exc.message)
         if self.fmt is not None and fmt != self.fmt:
             return self._ignore(path, f"is {fmt}, not {self.fmt}")
+        if fmt in NOT_FOLLOWED:
+            return self._ignore(path, f"is {fmt}, which follow mode does not read (import it when the run ends)")
         return fmt
 
     def _ignore(self, path: Path, reason: str) -> None:
