@@ -234,7 +234,9 @@ async def _clients(url: str, run: str, n: int, seconds: float, refresh_s: float)
 
     stats = {"requests": 0, "errors": 0, "streams": 0, "stream_messages": 0, "latencies": [],
              "errors_by": {}, "slowest_by_route": {}}
-    limits = httpx.Limits(max_connections=4 * n, max_keepalive_connections=4 * n)
+    # idle connections are dropped after 4 s, before uvicorn closes them (keep-alive 5 s): reusing
+    # one the server is closing made a rare ReadError that is the pool's race, not the server's
+    limits = httpx.Limits(max_connections=4 * n, max_keepalive_connections=4 * n, keepalive_expiry=4.0)
     async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as http:
         stop = time.monotonic() + seconds
         await asyncio.gather(*(_one_client(http, run, stop, refresh_s, stats) for _ in range(n)))

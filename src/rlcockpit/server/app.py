@@ -60,6 +60,8 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
         yield
         if control is not None:
             control.refusals.flush(force=True)  # counted refusals are not lost at shutdown
+        if read_cache is not None:
+            read_cache.close()
         reader.close()
 
     # no /docs or /redoc: their pages load scripts from a CDN, and the cockpit works offline
@@ -73,7 +75,8 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
     app.state.control = control
     app.state.streams = workers.StreamSlots(settings.max_streams)
     app.state.stream_reads = SharedReads(reader, ttl_s=settings.sse_poll_s)
-    app.state.read_cache = ReadCache(settings.read_cache_s) if settings.read_cache_s > 0 else None
+    read_cache = ReadCache(settings.read_cache_s, settings.worker_nice) if settings.read_cache_s > 0 else None
+    app.state.read_cache = read_cache
     handlers.install(app)
     for router in READ_ROUTERS + (CONTROL_ROUTERS if control is not None else ()):
         app.include_router(router)

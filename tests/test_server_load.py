@@ -1,0 +1,74 @@
+"""What keeps 50 dashboards answered while a run trains (docs/server.md "Time limits and load"):
+a request's deadline starts at its first store read, not when it arrived; identical read
+answers are shared while the run is unchanged (and never past a role check); a new write is seen
+at once. Real SQLite store; real uvicorn on loopback for the concurrent requests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from control_testkit import RUN, build_world
+from rlcockpit.records import Batch, RunInfo, SampleRecord
+from rlcockpit.server.app import create_app
+from rlcockpit.server.deps import TimedReader
+from rlcockpit.server.settings import ServerSettings
+from rlcockpit.store import open_store
+from server_testkit import ServerThread, serve_store
+
+
+def _store(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'load.db'}")
+    writer = store.writer()
+    writer.create_run(RunInfo(run_id="r", project="p", name="r"))
+    return store, writer
+
+
+def _write(writer, step: int, n: int) -> None:
+    writer.write_batch("r", Batch(samples=[SampleRecord(step=step, sample_id=i, prompt="q", response="a",
+                                                        reward=float(i)) for i in range(n)]))
+
+
+def test_the_deadline_starts_at_the_first_read_not_when_the_request_arrived(tmp_path):
+    store, writer = _store(tmp_path)
+    _write(writer, 0, 3)
+    reader = TimedReader(store.reader(), 0.2)  # made when the request arrived ...
+    time.sleep(0.3)  # ... then it waited for a worker thread longer than its whole limit
+    assert reader.get_run("r").run_id == "r"  # the store read itself is in time: no 504
+    writer.close()
+
+
+def test_identical_reads_are_read_once_and_a_write_is_seen_at_once(tmp_path):
+    store, writer = _store(tmp_path)
+    _write(writer, 0, 3)
+    app = create_app(ServerSettings(store=store.uri), store)
+    with ServerThread(app) as url:
+        async def burst() -> list[int]:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+                answers = await asyncio.gather(*(http.get("/api/runs/r/samples?limit=2") for _ in range(30)))
+            return [a.json()["total"] for a in answers]
+
+        assert asyncio.run(burst()) == [3] * 30
+        counts = app.state.read_cache.counts
+        assert counts["read"] == 1 and counts["hit"] + counts["previous"] == 29, counts
+        _write(writer, 1, 4)  # the run moved: the next answer is read again
+        assert httpx.get(f"{url}/api/runs/r/samples?limit=2").json()["total"] == 7
+        assert counts["read"] == 2
+        assert httpx.get(f"{url}/api/runs/nope/samples").status_code == 404  # an unknown run: no answer kept
+    writer.close()
+
+
+def test_a_shared_answer_still_needs_a_valid_token(tmp_path):
+    world = build_world(tmp_path)
+    server = serve_store(world.uri, world.store, plane=world.plane)
+    try:
+        path = f"{server.url}/api/runs/{RUN}/checkpoints"
+        assert httpx.get(path, headers=world.headers("vera")).status_code == 200
+        assert httpx.get(path, headers=world.headers("olga")).status_code == 200  # shared
+        assert httpx.get(path).status_code == 401  # no token: the kept answer is not given
+        world.plane.users.revoke("vera", by="test")
+        assert httpx.get(path, headers=world.headers("vera")).status_code == 401
+    finally:
+        server.stop()
