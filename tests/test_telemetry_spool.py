@@ -146,9 +146,22 @@ def test_when_the_spool_is_full_too_the_lost_steps_are_named_and_a_resume_refill
     by_reason = reader.read_events("lost", kinds=["telemetry_dropped"])[-1].payload["by_reason"]
     assert set(by_reason) == {"spool_full"}
     assert missing_steps(uri, "lost", upto=31, first=0) == gone
+    # the gap is visible: the run's summary, `rlcockpit runs`, and the API the cockpit reads
+    from fastapi.testclient import TestClient
+
+    from rlcockpit.cli.runs import run_rows
+    from rlcockpit.server.app import create_app
+    from rlcockpit.server.settings import ServerSettings
+
+    assert reader.summary("lost").missing_steps == len(gone)
+    (row,) = run_rows(uri)
+    assert row["missing_steps"] == len(gone)
+    with TestClient(create_app(ServerSettings(store=uri)), base_url="http://127.0.0.1") as client:
+        assert client.get("/api/runs/lost").json()["missing_steps"] == len(gone)
     # a resumed run that logs the lost steps again closes the gap
     with rlcockpit.init(store=uri, run_id="lost", resume=True, **FAST) as resumed:
         for step in gone:
             log_step(resumed, step)
     steps, _, _, missing = stored(uri, "lost")
     assert steps == tuple(range(32)) and missing == 0
+    assert open_store(uri).reader().summary("lost").missing_steps == 0

@@ -41,6 +41,7 @@ def run_rows(store_uri: str) -> list[dict]:
             lease = reader.get_lease(run.run_id)
             rows.append({"run_id": run.run_id, "name": run.name, "project": run.project,
                          "status": run.status, "steps": summary.steps,
+                         "missing_steps": summary.missing_steps,
                          "last_step": run.last_step, "started_at": run.started_at,
                          "ended_at": run.ended_at, "dropped_total": summary.dropped_total,
                          "lease": lease.public(now) if lease is not None else None})
@@ -73,7 +74,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
                          no_wrap=column in ("id", "started"))
     for r in rows:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started_at"]))
-        table.add_row(r["run_id"], r["name"], r["project"], r["status"], str(r["steps"]),
+        status = r["status"] + (f" (degraded: {r['missing_steps']} steps missing)" if r["missing_steps"] else "")
+        table.add_row(r["run_id"], r["name"], r["project"], status, str(r["steps"]),
                       started, writer_cell(r["lease"]))
     console = Console()
     if rows:

@@ -380,6 +380,10 @@ _SYSTEM = _specs("system", [
     ("telemetry/dropped_total", "records", "flat",
      "Running count of telemetry records dropped (full queue or store error). Telemetry never "
      "blocks training, so it counts what it lost. Healthy: stays 0."),
+    ("telemetry/missing_steps", "steps", "flat",
+     "Steps the run logged that are not in the store: kept in the telemetry spool while the store "
+     "could not be written, or lost when the spool was full too (docs/telemetry.md). Healthy: 0; "
+     "back to 0 once the spool is replayed or a resumed run logged the steps again."),
 ])
 
 _EVALUATION = _specs("evaluation", [

@@ -78,6 +78,7 @@ class RunSummary:
     samples: int
     findings_by_severity: dict[str, int] = field(default_factory=dict)
     dropped_total: int = 0
+    missing_steps: int = 0  # steps logged but not in the store: the latest telemetry/missing_steps
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from rlcockpit.store.lease import RunLease
 
 _BIG = 2**62
 DROPPED_METRIC = "telemetry/dropped_total"
+MISSING_METRIC = "telemetry/missing_steps"  # telemetry/delivery.py: steps logged but not stored
 MIN_POINTS = 8
 LATEST_WINDOW = 4096  # latest(): look at the last steps first, then name by name
 _TAIL = {
@@ -127,13 +128,15 @@ class ClickHouseReader:
         severities = dict(self._q(f"SELECT toString(severity), count() FROM {self._db}.findings "
                                   f"WHERE run_id = {r} GROUP BY severity"))
         names = self.metric_names(run_id)
-        dropped = (self.latest(run_id, [DROPPED_METRIC]).get(DROPPED_METRIC)
-                   if DROPPED_METRIC in names else None)
+        wanted = [n for n in (DROPPED_METRIC, MISSING_METRIC) if n in names]
+        found = self.latest(run_id, wanted) if wanted else {}
+        dropped, missing = found.get(DROPPED_METRIC), found.get(MISSING_METRIC)
         return RunSummary(run=run, steps=int(steps), first_step=first if steps else None,
                           last_step=last if steps else None,
                           metric_names=tuple(names), samples=int(samples),
                           findings_by_severity=severities,
-                          dropped_total=int(dropped[1]) if dropped else 0)
+                          dropped_total=int(dropped[1]) if dropped else 0,
+                          missing_steps=int(missing[1]) if missing else 0)
 
     # ------------------------------------------------------------------ metrics
 

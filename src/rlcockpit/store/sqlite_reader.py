@@ -35,6 +35,7 @@ _RUN_COLUMNS = ("run_id, project, name, status, started_at, ended_at, config, la
                 "heartbeat_at")
 _BIG = 2**62
 DROPPED_METRIC = "telemetry/dropped_total"
+MISSING_METRIC = "telemetry/missing_steps"  # telemetry/delivery.py: steps logged but not stored
 MIN_POINTS = 8  # a downsampled curve has buckets of up to 3 points (min, max, first NaN)
 # SQLite calls the deadline check every this many virtual-machine instructions (~0.1 ms of work)
 PROGRESS_EVERY = 4096
@@ -91,11 +92,13 @@ class SqliteReader:
         samples = self._sample_count(key)
         severities = dict(self._q("SELECT severity, COUNT(*) FROM findings WHERE run_key = ? "
                                   "GROUP BY severity", (key,)))
-        dropped = self.latest(run_id, [DROPPED_METRIC]).get(DROPPED_METRIC)
+        found = self.latest(run_id, [DROPPED_METRIC, MISSING_METRIC])
+        dropped, missing = found.get(DROPPED_METRIC), found.get(MISSING_METRIC)
         return RunSummary(run=run, steps=steps, first_step=first, last_step=last,
                           metric_names=tuple(self.metric_names(run_id)), samples=samples,
                           findings_by_severity=severities,
-                          dropped_total=int(dropped[1]) if dropped else 0)
+                          dropped_total=int(dropped[1]) if dropped else 0,
+                          missing_steps=int(missing[1]) if missing else 0)
 
     # ------------------------------------------------------------------ metrics
 

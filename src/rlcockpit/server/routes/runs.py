@@ -45,6 +45,7 @@ def run_summary(run: str, reader: Runs) -> SafeJSONResponse:
         "last_step": s.last_step, "metric_names": list(s.metric_names),
         "histogram_names": reader.histogram_names(run), "samples": s.samples,
         "findings_by_severity": s.findings_by_severity, "dropped_total": s.dropped_total,
+        "missing_steps": s.missing_steps,
         "metric_units": metric_units(s.metric_names), "lease": lease_item(reader.get_lease(run))})
 
 

@@ -89,6 +89,7 @@ export class RunHeader {
     this.node.append(
       h("span", { class: `status status-${this.status}`, id: "run-status", text: t(`status.${this.status}`) }),
       h("span", { class: "hdr-item", id: "run-step", text: `${t("header.step")} ${fmt(lastStep ?? null)}` }),
+      ...this.degradedNode(),
       this.phaseNode(),
       h("span", { class: "hdr-item", id: "step-rate", title: t("header.step_rate_help"),
         text: `${t("header.step_rate")} ${rate === null ? "—" : `${rate.toFixed(2)}/s`}` }),
@@ -122,6 +123,14 @@ export class RunHeader {
         text: `+${this.alerts.length - shown.length}` }));
     }
     return box;
+  }
+
+  degradedNode() {
+    // steps logged but not in the store (spooled while it could not be written, or lost): docs/telemetry.md
+    const missing = this.summary.missing_steps || 0;
+    if (!missing) return [];
+    return [h("span", { class: "status status-failed", id: "run-degraded", title: t("header.degraded_help"),
+      text: `${t("header.degraded")} · ${missing}` })];
   }
 
   renderConnection(state) {

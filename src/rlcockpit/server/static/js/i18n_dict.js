@@ -6,6 +6,7 @@ export const EN = {
 
   "header.run": "Run", "header.pick_run": "Pick a run…", "header.step": "Step", "header.phase": "Phase",
   "header.step_rate": "Rate", "header.step_rate_help": "Steps per second over the last 20 steps",
+  "header.degraded": "degraded: steps missing", "header.degraded_help": "Steps this run logged that are not in the store (kept in the telemetry spool while it could not be written, or lost); see docs/telemetry.md",
   "header.no_alerts": "No alerts", "header.theme_dark": "Dark", "header.theme_light": "Light",
   "header.theme_help": "Switch between the light and the dark theme (by default the page follows the browser)", "header.lang_switch": "中文", "header.lang_help": "切换到中文 / switch to Chinese",
 
@@ -141,6 +142,7 @@ export const ZH = {
 
   "header.run": "运行", "header.pick_run": "选择运行…", "header.step": "步", "header.phase": "阶段",
   "header.step_rate": "速度", "header.step_rate_help": "最近 20 步的每秒步数",
+  "header.degraded": "数据不全：缺少步", "header.degraded_help": "本次运行已记录但存储中没有的步（存储无法写入时暂存在遥测缓冲文件中，或已丢失）；见 docs/telemetry.md",
   "header.no_alerts": "无告警", "header.theme_dark": "深色", "header.theme_light": "浅色",
   "header.theme_help": "在浅色和深色主题之间切换（默认跟随浏览器）", "header.lang_switch": "English", "header.lang_help": "Switch to English / 切换到英文",
 
