@@ -232,3 +232,34 @@ def cusum(z: Sequence[float], k: float) -> tuple[float, float]:
         up = max(0.0, up + value - k)
         down = max(0.0, down - value - k)
     return up, down
+
+
+def two_mode_split(x: Sequence[float], min_share: float = 0.2) -> tuple[float, float] | None:
+    """(Ashman's D, the smaller mode's share) of the best split of ``x`` into two groups.
+
+    The split is the one of the sorted values that minimises the within-group sum of squares
+    (1-D 2-means, exact: every cut point is tried); Ashman's D = √2 |μ₁ − μ₂| / √(σ₁² + σ₂²)
+    measures how separated the two groups are (D > 2: two modes with a clear gap between them).
+    None when fewer than 8 finite values, or when the best split leaves less than ``min_share`` of
+    the values on one side. A group with no spread and a gap gives D = inf."""
+    v = np.sort(np.asarray([float(t) for t in x], dtype=float))
+    v = v[np.isfinite(v)]
+    n = v.size
+    if n < 8:
+        return None
+    c1, c2 = np.cumsum(v), np.cumsum(v * v)
+    k = np.arange(1, n)  # left group sizes
+    left_ss = c2[:-1] - c1[:-1] ** 2 / k
+    right_n = n - k
+    right_ss = (c2[-1] - c2[:-1]) - (c1[-1] - c1[:-1]) ** 2 / right_n
+    cut = int(np.argmin(left_ss + right_ss)) + 1
+    share = min(cut, n - cut) / n
+    if share < min_share:
+        return None
+    a, b = v[:cut], v[cut:]
+    var = float(a.var() + b.var())
+    gap = abs(float(b.mean() - a.mean()))
+    if var <= 0:
+        return (math.inf if gap > 0 else 0.0), share
+    return math.sqrt(2.0) * gap / math.sqrt(var), share
+

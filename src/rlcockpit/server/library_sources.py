@@ -99,6 +99,7 @@ BY_PATTERN: dict[str, tuple[str, ...]] = {
     "loss_down_reward_flat": ("engstrom", "trl_faq"),
     "critic_divergence": ("engstrom", "details37", "gae"),
     "critic_overfit": ("andrychowicz", "engstrom"),
+    "critic_not_learning": ("andrychowicz", "engstrom"),
     "value_distribution_shift": ("details37", "nplus"),
     "value_loss_stuck": ("engstrom", "andrychowicz"),
     "clip_frac_out_of_band": ("ppo", "details37", "trl_logging"),

@@ -28,7 +28,8 @@ bound: a KL that falls to 0 later is ``kl_zero``'s. Not judged when β is not lo
 ``no_signal`` — zero reward variance: ``reward/std`` = 0, or ``reward/frac_zero_std_groups`` ≈ 1
 (every GRPO group with identical rewards): no advantage, nothing to learn.
 ``no_update`` — ``grad/norm/actor`` exactly 0 while there is a learning signal (``reward/std`` > 0
-and, when logged, not every group identical): the gradient never reaches the weights (real run
+and, when logged, not every group identical; without ``reward/std``, fewer than 99 % of the groups
+identical): the gradient never reaches the weights (real run
 021, ms-swift multi-node GRPO: grad_norm 0 with reward_std 0.13). Judged only where the logging
 interval is one step (consecutive steps, or a first logged step ≤ 1): trainers that log every k
 steps average the reward statistics over the k steps but report the last optimizer step's gradient
@@ -336,7 +337,9 @@ class Levels(Detector):
         grad = view.finite("grad/norm/actor")
         std = view.finite("reward/std")
         groups = view.finite("reward/frac_zero_std_groups")
-        signal = std is not None and not _no_variance(std, groups, cfg)
+        # a learning signal: rewards that differ in the batch, or (a trainer that logs only the
+        # share of identical groups, ms-swift) some groups whose rewards differ
+        signal = not _no_variance(std, groups, cfg) and (std is not None or groups is not None)
         level = self._level("no_update", stride_one and signal and grad == 0.0, view.step,
                             confirm=1)
         if not self._report(level):
@@ -346,9 +349,9 @@ class Levels(Detector):
                                   reward_std=std, frac_zero_std_groups=groups, run=level.run)
         return self._keep(Condition(
             severity, f"the actor's gradient norm is exactly 0{_since(level)} although the "
-            f"rewards differ (std {std:.2g}): no update reaches the weights", evidence,
+            f"rewards differ ({_signal_text(std, groups)}): no update reaches the weights", evidence,
             key="no_update",
-            message_zh=f"奖励存在差异（std {std:.2g}），但{_since_zh(level)} Actor 梯度范数恰为 0："
+            message_zh=f"奖励存在差异（{_signal_text(std, groups)}），但{_since_zh(level)} Actor 梯度范数恰为 0："
                        "权重没有被更新"))
 
     def _constant(self, samples: Sequence[SampleRecord], step: int) -> Condition | None:
@@ -410,6 +413,12 @@ class Levels(Detector):
         self._moved = self._moved or bool(
             (approx is not None and approx != 0.0) or (ratio is not None and ratio > 0)
             or (grad is not None and grad > 0 and (lr is None or lr > 0)))
+
+
+def _signal_text(std: float | None, groups: float | None) -> str:
+    if std is not None:
+        return f"std {std:.2g}"
+    return f"{1 - groups:.0%} of the groups differ"
 
 
 def _positive(value: float | None) -> float | None:

@@ -18,7 +18,11 @@ a two-sample KS test (rlcockpit.metrics.ks) of the recent rewards against the re
 Default thresholds (yellow, after ``warmup`` = 10 reference steps): variance collapse when the
 recent std ≤ ``collapse_ratio`` (0.25) × reference; bimodal when the coefficient > 5/9 while the
 reference median is < 5/9 − ``bc_margin`` (0.15) — binary rewards are bimodal from the start and
-never alarm; long tail when skewness ≥ ``tail_skew`` (2) and the tail ratio ≥ ``tail_ratio`` (1)
+never alarm; orange when the last step's rewards split into two groups (the best 1-D
+2-means cut) with Ashman's D ≥ ``separation`` (2: a clear gap between the modes) and each group
+≥ ``min_mode_share`` (20 %) of the samples — two separated modes that were not there before say
+one group of prompts or answers is paid on another scale, at any reward scale (D is a ratio of
+the gap to the groups' own spread); long tail when skewness ≥ ``tail_skew`` (2) and the tail ratio ≥ ``tail_ratio`` (1)
 for ``tail_steps`` (3) steps in a row; left shift when z ≤ −``z_shift`` (4) and (without samples,
 or) KS p < ``ks_p`` (1e-4) with a lower median or mean.
 Scale assumptions: none in reward units — spread ratios, skewness, the bimodality coefficient
@@ -46,6 +50,7 @@ from rlcockpit.diagnostics.stats import (
     bimodality_coefficient,
     sample_values,
     skewness,
+    two_mode_split,
 )
 from rlcockpit.diagnostics.windows import Streak, median, quantile
 from rlcockpit.metrics.ks import ks_test
@@ -61,6 +66,10 @@ class RewardShapeConfig(Config):
                                    "reference std.", range=(0.0, 1.0))
     bc_margin: float = option(0.15, help="Bimodal: the reference coefficient must be this far "
                               "below 5/9.", range=(0.0, 1.0))
+    separation: float = option(2.0, help="Bimodal is orange when the step's rewards split into "
+                               "two groups this far apart (Ashman's D) ...", range=(0.0, 1e6))
+    min_mode_share: float = option(0.2, help="... each holding at least this share of the "
+                                   "samples.", range=(0.0, 0.5))
     tail_skew: float = option(2.0, help="Long tail: smallest skewness.", range=(0.0, 1e6))
     tail_ratio: float = option(1.0, help="Long tail: smallest (max − p90) / (p90 − p10).",
                                range=(0.0, 1e6))
@@ -138,9 +147,23 @@ class RewardShape(Detector):
         ref = self._bc.median
         if not (now > BC_UNIFORM and ref < BC_UNIFORM - cfg.bc_margin):
             return None
+        split = two_mode_split(self._pending[-1], cfg.min_mode_share) if self._pending else None
+        separated = split is not None and split[0] >= cfg.separation
         evidence = {"bimodality": now, "reference_bimodality": ref, "threshold": BC_UNIFORM,
-                    "signal": "reward distribution",
+                    "separation": split[0] if split else None,
+                    "minor_mode_share": split[1] if split else None,
+                    "separation_threshold": cfg.separation, "signal": "reward distribution",
                     "onset_step": self._bc.onset(lambda v: v > BC_UNIFORM)}
+        if separated:
+            return Condition(
+                "orange", f"reward distribution split into two separated modes (Ashman's D "
+                f"{split[0]:.1f} ≥ {cfg.separation:g}, the smaller holds {split[1]:.0%} of the "
+                f"samples; Sarle coefficient {now:.2f}, was {ref:.2f}): one group of prompts or "
+                "answers is paid on another scale — read the samples of both modes", evidence,
+                key="bimodal",
+                message_zh=f"奖励分布分裂为两个分离的峰（Ashman D {split[0]:.1f}，小峰占 "
+                           f"{split[1]:.0%}；双峰系数 {now:.2f}，此前 {ref:.2f}）：某一类提示或回答"
+                           "获得了另一量级的奖励")
         return Condition("yellow", f"reward distribution became bimodal (Sarle coefficient "
                          f"{now:.2f}, was {ref:.2f}; above 5/9 means two modes)", evidence,
                          key="bimodal", message_zh=f"奖励分布出现双峰（双峰系数 {now:.2f}，"
