@@ -82,24 +82,18 @@ class UserImport:
     why: str = ""
 
 
-# The maps a user would write for the trainers no alias table knows (run id -> options).
-_MINIMIND = {"Reward": "reward/mean", "KL_ref": "kl/token_mean", "Actor Loss": "policy/loss",
-             "Adv Std": "advantage/whitened_std"}
+# The maps a user would write for what no alias table knows (run id -> options). DeepSpeed-Chat
+# (018, 102) and the MiniMind GRPO keys (006) are read by the alias tables now; MiniMind's KL_ref
+# is log pi_ref - log pi (the negative of a KL estimate), so nobody should map it to a KL.
 _ROOKWORLD = {"mean_reward": "reward/mean", "kl_div": "kl/token_mean", "loss": "policy/loss"}
 USER_IMPORT: dict[str, UserImport] = {
-    "006": UserImport({**_MINIMIND, "Adv Mean": "advantage/mean",
-                       "Avg Response Len": "response/length_mean",
-                       "Learning Rate": "optim/lr/actor"},
-                      why="MiniMind console keys; KL_ref is its per-token KL estimate; Adv Std is "
-                          "the std of group-normalised advantages"),
-    "007": UserImport({**_MINIMIND, "Fmt": "reward/format/mean", "Correct": "reward/correct/mean",
+    "007": UserImport({"Fmt": "reward/format/mean", "Correct": "reward/correct/mean",
                        "Avg Len": "response/length_mean", "LR": "optim/lr/actor"},
-                      why="MiniMind console keys; Fmt / Correct are reward components"),
+                      why="MiniMind GRPO v2 console keys the alias table does not know; Fmt / "
+                          "Correct are reward components"),
     "013": UserImport(_ROOKWORLD, why="rookworld src/mini GRPO: kl_div is a sampled per-token "
                                       "estimate; loss is the total GRPO loss"),
     "014": UserImport(_ROOKWORLD, why="as 013"),
-    "018": UserImport({"average reward score": "reward/mean", "act_loss": "policy/loss",
-                       "cri_loss": "value/loss"}, why="DeepSpeed-Chat step 3 console keys"),
     "022": UserImport(step_key="episode", why="pasted TRL PPO fragments carry no step: the episode "
                                              "counter orders them"),
     "025": UserImport({"reward": "reward/mean", "retrieval_reward": "reward/retrieval/mean",
@@ -186,6 +180,7 @@ class RunResult:
     findings: list[dict[str, Any]] = field(default_factory=list)
     coverage: list[Any] = field(default_factory=list)
     derived: dict[str, int] = field(default_factory=dict)
+    logged: Any = None  # LoggedCoverage: detectors whose inputs the log carries, and which ran
     error: str = ""
 
     @property
@@ -219,16 +214,21 @@ def import_run(path: Path, options: UserImport, store_uri: str, run_id: str) -> 
     return parsed
 
 
-def diagnose(store_uri: str, run_id: str) -> Any:
-    """Replay a stored run as ``rlcockpit doctor`` does, with the default diagnostics config."""
+def diagnose(store_uri: str, run_id: str) -> tuple[Any, Any]:
+    """Replay a stored run as ``rlcockpit doctor`` does, with the default diagnostics config; also
+    measure its coverage against what the log carries (issue 26, point 4), as doctor prints it."""
     from rlcockpit.diagnostics import DiagnosticsConfig
+    from rlcockpit.diagnostics.coverage import logged_coverage
     from rlcockpit.diagnostics.offline import diagnose_run
+    from rlcockpit.integrations.aliases import catalog_meanings
     from rlcockpit.store import open_store
 
     store = open_store(store_uri, create=False)
     reader = store.reader()
     try:
-        return diagnose_run(reader, run_id, DiagnosticsConfig())
+        report = diagnose_run(reader, run_id, DiagnosticsConfig())
+        return report, logged_coverage(report.coverage, reader.metric_names(run_id),
+                                       catalog_meanings)
     finally:
         reader.close()
         store.close()
@@ -255,7 +255,7 @@ def evaluate(entry: dict[str, Any], corpus: Path, store_uri: str) -> RunResult:
     try:  # one unreadable run must not hide the other 24; the table says which stage failed
         parsed = import_run(path, options, store_uri, run_id)
         stage = "diagnosis"
-        report = diagnose(store_uri, run_id)
+        report, logged = diagnose(store_uri, run_id)
     except Exception as exc:
         result.error = f"{stage} failed: {type(exc).__name__}: {exc}"
         return result
@@ -266,6 +266,7 @@ def evaluate(entry: dict[str, Any], corpus: Path, store_uri: str) -> RunResult:
                         "family": family_of.get(f.detector, ""), "message": f.message}
                        for f in report.findings if f.status in ("raised", "escalated")]
     result.coverage = list(report.coverage)
+    result.logged = logged
     result.derived = dict(parsed.derived)
     return result
 
@@ -304,8 +305,13 @@ def healthy_verdict(result: RunResult) -> tuple[bool, int, int]:
 
 
 def coverage_cell(result: RunResult) -> str:
+    """Detectors run / skipped, then run of those whose inputs the log carries."""
     ran = sum(c.state == "ran" for c in result.coverage)
-    return f"{ran} / {len(result.coverage) - ran}" if result.coverage else "-"
+    if not result.coverage:
+        return "-"
+    logged = result.logged
+    carried = f"; {logged.ran} of {logged.carried} carried" if logged is not None else ""
+    return f"{ran} / {len(result.coverage) - ran}{carried}"
 
 
 def tiers_cell(result: RunResult) -> str:
@@ -374,7 +380,7 @@ def provenance() -> str:
 def report_text(results: list[RunResult], scored: dict, present_families: set[str]) -> str:
     lines = [provenance(), "",
              "| run | label | steps | expectation | findings y / o / r / b | detected? latency | "
-             "detectors run / skipped |", "| --- | --- | --- | --- | --- | --- | --- |"]
+             "detectors run / skipped; run of those whose inputs the log carries |", "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [run_row(r, scored) for r in results]
     lines += ["", "Scored targets (found: a raised or escalated finding of a relevant family within "
               f"{WINDOW} steps of the onset):", "",
@@ -436,6 +442,8 @@ def headline(results: list[RunResult], scored: dict, wall: float, missing_famili
                                             scored)
                       for half in (CALIBRATION, EVALUATION)
                       if any(split_of(r.entry) == half for r in results)},
+        "detectors_carried_ran": f"{sum(r.logged.ran for r in results if r.logged)}/"
+                                 f"{sum(r.logged.carried for r in results if r.logged)}",
         "mean_detectors_run": round(sum(sum(c.state == "ran" for c in r.coverage) for r in results)
                                     / max(len(results), 1), 1),
         "families_without_detector": missing_families,
