@@ -342,7 +342,8 @@ def ramp_timing(o: Outcome, twin: Outcome, metric: str, lo: int, hi: int,
     values = [twin.metrics.get(s, {}).get(metric) for s in range(lo, hi + 1)]
     values = [v for v in values if v is not None and math.isfinite(v)]
     if len(values) < 2:
-        return {"spread": None, "moved_2x": None, "in_time": None, "moved_2x_3step": None, "in_time_3step": None}
+        return {"spread": None, "moved_2x": None, "latency_from_2x": None, "in_time": None,
+                "moved_2x_3step": None, "in_time_3step": None}
     spread = statistics.pstdev(values)
     moved = moved3 = None
     diffs: list[float] = []
@@ -363,7 +364,12 @@ def ramp_timing(o: Outcome, twin: Outcome, metric: str, lo: int, hi: int,
         if moved is not None and moved3 is not None:
             break
     first = hits[0]["step"] if hits else None
-    return {"spread": spread, "moved_2x": moved, "in_time": first is not None and (moved is None or first <= moved),
+    # issue 26 point 5: a ramp's latency counts from the first step its driven metric left two
+    # healthy spreads (one step), the earliest point any detector that keeps healthy runs quiet can
+    # see it; negative: caught before that
+    latency_2x = first - moved if first is not None and moved is not None else None
+    return {"spread": spread, "moved_2x": moved, "latency_from_2x": latency_2x,
+            "in_time": first is not None and (moved is None or first <= moved),
             "moved_2x_3step": moved3, "in_time_3step": first is not None and (moved3 is None or first <= moved3)}
 
 
@@ -564,6 +570,7 @@ def headline_numbers(outcomes: list[Outcome], fault_rows: list, healthy_rows: li
         "ramps_caught_before_2x_spread": f"{sum(bool(s.get('in_time')) for s in ramps)}/{len(ramps)}",
         "ramps_caught_before_2x_spread_3step": f"{sum(bool(s.get('in_time_3step')) for s in ramps)}/{len(ramps)}",
         "ramps_in_time_3step_by_speed": ramps_by_speed(ramps),
+        "ramp_latency_from_2x_spread": ramp_latency_target(ramps),
         "healthy": {"runs": len(healthy_rows), "steps": healthy_steps, **counts,
                     "orange_per_1000_steps": round(per_k, 2) if per_k is not None else None,
                     "of_which_baseline_detector": counts_nb["baseline"],
@@ -611,6 +618,31 @@ def ramps_by_speed(ramps: list[dict[str, Any]]) -> dict[str, str]:
         out[label] = f"{sum(bool(s.get('in_time_3step')) for s in group)}/{len(group)}"
     never = [s for s in ramps if s.get("moved_2x_3step") is None]
     out["never moved 2x (caught at all)"] = f"{sum(bool(s['detected']) for s in never)}/{len(never)}"
+    return out
+
+
+RAMP_TARGET_MEDIAN, RAMP_TARGET_WITHIN, RAMP_TARGET_SHARE = 3, 10, 0.9
+
+
+def ramp_latency_target(ramps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 26 point 5, per ramp speed and overall: the latency of each caught ramp from the first
+    step its metric left two healthy spreads (``latency_from_2x``); target median <= 3 steps and
+    >= 90 % within 10 steps. A ramp never caught counts as not within 10; one whose metric never
+    left two spreads is not scored here (its detection is in ``ramps_caught``)."""
+    def summary(group: list[dict[str, Any]]) -> dict[str, Any]:
+        scored = [s for s in group if s.get("moved_2x") is not None]
+        lat = sorted(s["latency_from_2x"] for s in scored if s.get("latency_from_2x") is not None)
+        within = sum(1 for s in scored if s.get("latency_from_2x") is not None
+                     and s["latency_from_2x"] <= RAMP_TARGET_WITHIN)
+        med = statistics.median(lat) if lat else None
+        return {"ramps": len(scored), "caught": len(lat), "median_latency": med,
+                f"within_{RAMP_TARGET_WITHIN}": f"{within}/{len(scored)}",
+                "target_met": bool(scored) and med is not None and med <= RAMP_TARGET_MEDIAN
+                and within >= RAMP_TARGET_SHARE * len(scored)}
+    out = {"all": summary(ramps)}
+    for lo, hi, label in RAMP_SPEEDS:
+        out[label] = summary([s for s in ramps if s.get("moved_2x") is not None
+                              and lo <= s["moved_2x"] - s["scored"][0] <= hi])
     return out
 
 
