@@ -72,3 +72,40 @@ def test_a_shared_answer_still_needs_a_valid_token(tmp_path):
         assert httpx.get(path, headers=world.headers("vera")).status_code == 401
     finally:
         server.stop()
+
+
+class CountingReader:
+    """A real store reader that counts the reads it is asked for."""
+
+    def __init__(self, reader) -> None:
+        self.reader = reader
+        self.reads = 0
+
+    def __getattr__(self, name: str):
+        fn = getattr(self.reader, name)
+
+        def call(*args, **kwargs):
+            self.reads += 1
+            return fn(*args, **kwargs)
+
+        return call
+
+
+def test_streams_at_one_cursor_poll_on_the_event_loop_from_the_shared_answers(tmp_path):
+    import storekit
+    from rlcockpit.server.tail import SharedReads, Tail
+
+    uri, run_id = storekit.build(tmp_path / "tail.db")
+    counting = CountingReader(open_store(uri).reader())
+    shared = SharedReads(counting, ttl_s=60.0)
+    first, second = (Tail.start(shared, run_id, cursor=None, after_step=10) for _ in range(2))
+    assert first.poll_shared() is None and first.cursor == second.cursor  # a first poll reads: no change
+    read = first.poll()
+    assert any('"step":11' in m for m in read.messages)
+    reads = counting.reads
+    assert second.poll().messages == read.messages
+    assert counting.reads == reads + 1  # only its own first status; the rest was shared
+    first.poll()  # at the end now: the next reads after the new cursor
+    reads = counting.reads
+    again = second.poll_shared()  # the second stream's poll, answered without a store read
+    assert again is not None and counting.reads == reads and second.cursor == first.cursor

@@ -8,9 +8,11 @@ another thing: ``routes/params.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,18 +56,32 @@ class SharedReads:
     CACHED = ("rows_after", "steps_after", "step_metrics", "get_run")
     MAX_ENTRIES = 4096
 
+    class Miss(Exception):
+        """Raised in :meth:`shared_only` mode by a read that has no shared answer."""
+
     def __init__(self, reader: StoreReader, *, ttl_s: float) -> None:
         self.reader = reader
         self.ttl_s = ttl_s
         self._data: dict[tuple, tuple[float, Any]] = {}
         self._busy: dict[tuple, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._local = threading.local()
 
     def __getattr__(self, name: str) -> Any:
         fn = getattr(self.reader, name)
         if name not in self.CACHED:
             return fn
         return lambda *args, **kwargs: self._read(name, fn, args, kwargs)
+
+    @contextlib.contextmanager
+    def shared_only(self) -> Iterator[None]:
+        """On this thread, answer only from shared answers; any other read raises :class:`Miss`
+        (so a poll can run on the event loop without touching the store)."""
+        self._local.shared_only = True
+        try:
+            yield
+        finally:
+            self._local.shared_only = False
 
     def _read(self, name: str, fn: Any, args: tuple, kwargs: dict) -> Any:
         key = (name, args, tuple(sorted(kwargs.items())))
@@ -74,6 +90,8 @@ class SharedReads:
             busy = self._busy.setdefault(key, threading.Lock())
         if hit is not None:
             return hit[1]
+        if getattr(self._local, "shared_only", False):
+            raise self.Miss(name)
         with busy:  # one stream reads, the others wait for its answer
             with self._lock:
                 hit = self._fresh(key)
@@ -88,6 +106,8 @@ class SharedReads:
 
     def fresh(self, name: str, *args: Any) -> Any:
         """Read now (not a shared answer) and share this answer from now on."""
+        if getattr(self._local, "shared_only", False):
+            raise self.Miss(name)
         value = getattr(self.reader, name)(*args)
         with self._lock:
             self._data[(name, args, ())] = (time.monotonic(), value)
@@ -130,6 +150,21 @@ class Tail:
         ids = reader.tail_start_ids(run_id, after_step)
         return cls(reader, run_id, Cursor(step=ids["step"], finding=ids["findings"],
                                           phase=ids["phases"], event=ids["events"]))
+
+    def poll_shared(self) -> Poll | None:
+        """The next poll answered from the streams' shared answers alone, on the calling thread
+        (the event loop: no hop to the stream's thread, no store read); None, with nothing
+        changed, when it needs a read (then :meth:`poll` on the stream's thread)."""
+        reader = self.reader
+        if not isinstance(reader, SharedReads):
+            return None
+        before = (self.cursor, self.status)
+        with reader.shared_only():
+            try:
+                return self.poll()
+            except SharedReads.Miss:
+                self.cursor, self.status = before
+                return None
 
     def poll(self) -> Poll:
         out = Poll()
