@@ -220,11 +220,23 @@ def test_ms_swift_logging_jsonl_is_told_from_trl_by_its_own_keys(tmp_path):
     assert parsed.elapsed == {1: 318.0}
 
 
-def test_a_jsonl_without_steps_asks_for_a_step_key_or_row_order(tmp_path):
+def test_a_jsonl_without_steps_is_imported_by_row_order_and_says_so(tmp_path):
     log = tmp_path / "pasted.jsonl"
     log.write_text('{"loss": 0.1, "reward": 0.5, "kl": 0.01}\n{"loss": 0.2, "reward": 0.6, "kl": 0.02}\n')
     result = cli("import", "--store", f"sqlite:///{tmp_path / 's.db'}", log)
-    assert result.returncode == 2 and "--format console-dicts" in result.stderr
-    assert not (tmp_path / "s.db").exists()
-    parsed = read_paths([log], fmt="console-dicts")
-    assert parsed.steps == [1, 2] and parsed.files[0]["step_from"] == "row order"
+    assert result.returncode == 0, result.stderr
+    assert "row order" in result.stdout and "2 steps" in result.stdout
+
+
+def test_json_lines_of_dicts_without_a_step_are_numbered_by_row_order(tmp_path):
+    # a Trainer's console dicts pasted from an issue and saved as JSON Lines: no step anywhere
+    path = tmp_path / "pasted.jsonl"
+    rows = [{"loss": 0.0, "grad_norm": 0.79, "reward": 0.5, "kl": float("nan")},
+            {"loss": 0.01, "grad_norm": 0.81, "reward": 0.6, "kl": 0.002}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert detect_format(path) == "console-dicts"
+    parsed = read_paths([path])
+    assert parsed.steps == [1, 2]
+    values = {(s, n): v for s, n, v in ((p.step, p.name, p.value) for p in parsed.metric_points())}
+    assert values[(2, "reward/mean")] == 0.6 and math.isnan(values[(1, "kl/token_mean")])
+    assert any(f.get("step_from") == "row order" for f in parsed.files)

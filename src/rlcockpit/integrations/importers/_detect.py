@@ -62,7 +62,11 @@ def detect_format(path: Path, step_key: str | None = None) -> str:
         return "trackio"
     if path.suffix in JSON_SUFFIXES:  # JSON Lines: never guessed as console text
         _check_first_line(path)
-        detected = _detect_json_lines(path, step_key)
+        # flat metric dicts without any step (a Trainer's console dicts saved as JSON Lines, as
+        # people paste them from issues) are numbered by row order, as console-dicts does
+        detected = _detect_json_lines(path, step_key) or (
+            "console-dicts" if console_dicts.sniff(path, step_key)
+            and not _counter_keys(first_object(path)) else None)
     else:
         detected = _detect_json_lines(path, step_key) or _detect_console(path, step_key)
     if detected is None:
@@ -71,6 +75,15 @@ def detect_format(path: Path, step_key: str | None = None) -> str:
                    "step is under another key: --step-key KEY; records without any step: "
                    "--format console-dicts numbers them by row order)")
     return detected
+
+
+_COUNTER = re.compile(r"(^|[_/ ])(steps?|episodes?|iter|iters|iterations?)$", re.IGNORECASE)
+
+
+def _counter_keys(obj: dict | None) -> list[str]:
+    """Keys that look like a step counter (``episode``, ``iteration``...): a log that has one is
+    not numbered by row order — the user names it with --step-key."""
+    return [k for k in (obj or {}) if _COUNTER.search(str(k))]
 
 
 def _detect_json_lines(path: Path, step_key: str | None) -> str | None:
