@@ -7,7 +7,9 @@ detector updates its small window state and says what it sees *now*:
 - ``None``: healthy;
 - a :class:`Condition` (or a list of them, one per ``key``): a failure condition is present, at a
   severity, with a message and evidence;
-- :data:`SKIPPED`: the inputs it reads are missing this step (never an exception).
+- :data:`SKIPPED`: the inputs it reads are missing this step (never an exception);
+- :data:`NO_REFERENCE`: a KL detector on a run that has no reference model (it declares
+  ``kl/coef`` = 0 and logs no KL: TRL GRPO's default β = 0, verl without a KL loss or KL reward).
 
 The engine, not the detector, turns conditions into findings: a finding is raised when a condition
 starts, escalates or resolves (alert hygiene), and findings close together become one incident.
@@ -91,6 +93,14 @@ class _Skipped:
 
 
 SKIPPED = _Skipped()
+
+
+class _NoReference:
+    def __repr__(self) -> str:
+        return "NO_REFERENCE"
+
+
+NO_REFERENCE = _NoReference()
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ A detector declares the catalog names it ``reads`` (a trailing ``/`` means "any 
 whether it reads samples; it returns SKIPPED on a step that lacks them. Over a replay we count, per
 detector, the steps it read and the steps it skipped, and name the inputs the whole run lacks. An
 imported run whose trainer logs no entropy shows ``entropy: skipped, lacks policy/entropy`` instead
-of a silent "no finding".
+of a silent "no finding". A KL detector on a run without a reference model (TRL GRPO's default
+β = 0, verl without a KL term) is neither: it reports ``no reference`` — there is no KL to judge,
+and nothing is missing from the log.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from rlcockpit.diagnostics.base import Detector
 SAMPLES_INPUT = "samples"
 FOREIGN_PREFIX = "import/"  # how the importers store a key no alias table maps
 RAN, SKIPPED, ERROR = "ran", "skipped", "error"
+NO_REFERENCE_STATUS = "no reference"  # the engine's status of a KL detector on a run without one
 
 
 @dataclass(frozen=True)
@@ -31,16 +34,20 @@ class DetectorCoverage:
     steps_skipped: int
     missing: tuple[str, ...]
     error: str = ""
+    steps_no_reference: int = 0
 
     @property
     def state(self) -> str:
         if self.error:
             return ERROR
+        if not self.steps_run and self.steps_no_reference:
+            return NO_REFERENCE_STATUS
         return RAN if self.steps_run else SKIPPED
 
     def to_dict(self) -> dict[str, object]:
         return {"detector": self.detector, "family": self.family, "state": self.state,
                 "steps_run": self.steps_run, "steps_skipped": self.steps_skipped,
+                "steps_no_reference": self.steps_no_reference,
                 "reads": list(self.reads), "missing": list(self.missing), "error": self.error}
 
 
@@ -66,6 +73,7 @@ class CoverageCounter:
         self._detectors = list(detectors)
         self._run = {d.name: 0 for d in self._detectors}
         self._skipped = {d.name: 0 for d in self._detectors}
+        self._no_reference = {d.name: 0 for d in self._detectors}
         self._names: set[str] = set()
         self._samples = False
 
@@ -77,6 +85,8 @@ class CoverageCounter:
             status = statuses.get(name, "")
             if status == "skipped":
                 self._skipped[name] += 1
+            elif status == NO_REFERENCE_STATUS:
+                self._no_reference[name] += 1
             elif status not in ("error", "waiting", ""):
                 self._run[name] += 1
 
@@ -85,28 +95,33 @@ class CoverageCounter:
             DetectorCoverage(detector=d.name, family=d.family, reads=tuple(d.reads),
                              steps_run=self._run[d.name], steps_skipped=self._skipped[d.name],
                              missing=missing_inputs(d, self._names, self._samples),
-                             error=errors.get(d.name, ""))
+                             error=errors.get(d.name, ""), steps_no_reference=self._no_reference[d.name])
             for d in sorted(self._detectors, key=lambda d: d.name))
 
 
 def coverage_line(coverage: Sequence[DetectorCoverage]) -> str:
-    """``"12 of 24 detectors ran; 11 skipped; 1 failed"``."""
+    """``"12 of 24 detectors ran; 11 skipped; 1 failed"`` (``; 4 no reference`` on a run without
+    a reference model)."""
     ran = sum(c.state == RAN for c in coverage)
     skipped = sum(c.state == SKIPPED for c in coverage)
     failed = sum(c.state == ERROR for c in coverage)
+    no_reference = sum(c.state == NO_REFERENCE_STATUS for c in coverage)
     text = f"{ran} of {len(coverage)} detectors ran; {skipped} skipped"
+    text += f"; {no_reference} {NO_REFERENCE_STATUS}" if no_reference else ""
     return text + (f"; {failed} failed" if failed else "")
 
 
 def coverage_rows(coverage: Sequence[DetectorCoverage], steps: int) -> list[tuple[str, str, str, str]]:
     """(detector, family, state with steps, inputs the run lacks) per detector, ran first."""
-    order = {RAN: 0, ERROR: 1, SKIPPED: 2}
+    order = {RAN: 0, ERROR: 1, NO_REFERENCE_STATUS: 2, SKIPPED: 3}
     rows = []
     for c in sorted(coverage, key=lambda c: (order[c.state], c.detector)):
         if c.state == RAN:
             state = f"ran on {c.steps_run}/{steps} steps"
         elif c.state == ERROR:
             state = f"failed: {c.error}"
+        elif c.state == NO_REFERENCE_STATUS:
+            state = "no reference (the run has no reference model: kl/coef = 0, no KL logged)"
         else:
             state = "skipped"
         lacks = ", ".join(c.missing) if c.missing else "-"

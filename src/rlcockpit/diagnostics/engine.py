@@ -25,8 +25,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView, int_or, severity_rank
+from rlcockpit.diagnostics.base import (
+    NO_REFERENCE,
+    SKIPPED,
+    Condition,
+    Detector,
+    StepView,
+    int_or,
+    severity_rank,
+)
 from rlcockpit.diagnostics.config import DiagnosticsConfig
+from rlcockpit.diagnostics.coverage import NO_REFERENCE_STATUS
 from rlcockpit.records import FindingRecord, SampleRecord, encode_value
 
 log = logging.getLogger("rlcockpit.diagnostics")
@@ -167,8 +176,8 @@ class Engine:
     # ------------------------------------------------------------------ hygiene
 
     def _absorb(self, det: Detector, step: int, wall: float, result: Any) -> list[FindingRecord]:
-        if result is SKIPPED:
-            self.status[det.name] = "skipped"
+        if result is SKIPPED or result is NO_REFERENCE:
+            self.status[det.name] = "skipped" if result is SKIPPED else NO_REFERENCE_STATUS
             return []
         conditions = _as_list(result)
         out = self._raise_or_escalate(det, step, wall, conditions)

@@ -143,6 +143,10 @@ _KL = _specs("kl", [
     ("kl/target", "nats", "none",
      "Target sequence KL: the adaptive KL controller moves beta toward it; with a fixed beta it is "
      "the level the KL detectors judge against. The warning line on the KL chart. Live parameter."),
+    ("kl/ref_sync_every", "steps", "none",
+     "Period N of an intended reference update: the run mixes the actor into the reference model "
+     "every N steps (TRL sync_ref_model, ref_model_sync_steps). A KL drop right after step kN is "
+     "that update, not a reference synced by mistake (kl_zero)."),
     ("kl/pull_share", "fraction", "down",
      "Where the KL is a loss term (GRPO): beta x mean |d KL_t / d log pi_t| over that + mean |A_t|, "
      "the share of the per-token gradient weight that pulls back to the reference. Healthy: a few "

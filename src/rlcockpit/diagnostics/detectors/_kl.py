@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlcockpit.diagnostics.base import StepView
+from rlcockpit.diagnostics.base import NO_REFERENCE, SKIPPED, StepView
 from rlcockpit.diagnostics.windows import median
 
 COMFORT_STEPS = 20  # logged values whose median is the comfort level (no target)
@@ -67,6 +67,18 @@ def per_sequence(view: StepView) -> float | None:
 def has_kl(view: StepView) -> bool:
     """Whether the step logs any KL to the reference (NaN included: that is nonfinite's job)."""
     return view.get("kl/mean") is not None or view.get("kl/token_mean") is not None
+
+
+def no_reference(view: StepView) -> bool:
+    """Whether the run declares it has no reference model: ``kl/coef`` = 0 and no KL logged (TRL
+    GRPO's default β = 0 loads none; verl without a KL loss or KL reward neither). A run that logs
+    a KL with β = 0 has a reference: its KL is judged as usual."""
+    return view.get("kl/coef") == 0.0 and not has_kl(view)
+
+
+def kl_missing(view: StepView) -> object:
+    """What a KL detector answers for a step without a KL: NO_REFERENCE or SKIPPED."""
+    return NO_REFERENCE if no_reference(view) else SKIPPED
 
 
 @dataclass(frozen=True)

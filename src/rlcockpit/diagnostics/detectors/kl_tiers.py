@@ -9,6 +9,8 @@ against the run's comfort level — the median of its last 20 values before the 
 least 0.05 nats per token (the upper end of the seeds' 0.01–0.05 comfort zone): a jump is judged
 against the level before it, a slow healthy rise moves the level with it (``kl_trend`` judges
 slow drifts).
+A run without a reference model (``kl/coef`` = 0 and no KL logged: TRL GRPO's default β = 0, verl
+without a KL loss or KL reward) reports status "no reference", not "skipped".
 Default thresholds (001 Q12, all relative): yellow when KL > 1.5× the scale for 3 consecutive
 steps; red when KL > 2.5× for 3 consecutive steps (noisy batches must not pause a run: healthy
 tiny GRPO runs, fixed or adaptive KL, spike to 3–9× their target for one step and to 3.9× and 4.3×
@@ -42,8 +44,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlcockpit.config import Config, check, option
-from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._kl import COMFORT_STEPS, TOKEN_FLOOR, KLScale, has_kl
+from rlcockpit.diagnostics.base import Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._kl import (
+    COMFORT_STEPS,
+    TOKEN_FLOOR,
+    KLScale,
+    has_kl,
+    kl_missing,
+)
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Streak
 
@@ -100,7 +108,7 @@ class KLTiers(Detector):
 
     def update(self, view: StepView) -> list[Condition] | object:
         if not has_kl(view):
-            return SKIPPED
+            return kl_missing(view)
         start = None if self._seen else self._start(view)
         self._seen = True
         tier = self._tier(view)

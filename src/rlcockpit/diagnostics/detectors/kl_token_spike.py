@@ -9,6 +9,8 @@ itself (> ``threshold`` nats: a token the reference gives e^-10 of the actor's p
 far out of the run's own range: either the maximum alone (robust z of its log ≥ ``z_single``), or
 the maximum together with the 99th percentile (both ≥ ``z_min``: the drift is spreading beyond
 one token).
+A run without a reference model (``kl/coef`` = 0 and no KL logged: TRL GRPO's default β = 0, verl
+without a KL loss or KL reward) reports status "no reference", not "skipped".
 Default thresholds (001 Q12: "a high absolute value such as 10 or 20"; "thresholds should adapt
 to the recent N steps"): token KL > 10 and (z ≥ 10, or z ≥ 4 for both the maximum and the p99)
 against the last 50 steps (at least 10 of them) → orange (the policy saves the batch so the
@@ -31,7 +33,8 @@ import math
 from dataclasses import dataclass
 
 from rlcockpit.config import Config, option
-from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.base import Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._kl import kl_missing
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Window, median, robust_z
 
@@ -70,7 +73,7 @@ class KLTokenSpike(Detector):
 
     def update(self, view: StepView) -> Condition | object | None:
         if view.get("kl/token_max") is None:
-            return SKIPPED
+            return kl_missing(view)
         peak = view.finite("kl/token_max")
         cfg, threshold = self.config, self.config.threshold
         p99 = view.finite("kl/token_p99")

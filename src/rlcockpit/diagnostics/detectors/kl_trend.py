@@ -9,6 +9,8 @@ rise of the window's end over its start (medians of ``k`` values each, robust to
 measured in units of the scale: "the KL climbed by a whole target within 30 steps". The onset is
 the step from which the KL stayed above start + 20% of the rise (where it left its band), not the
 start of the window.
+A run without a reference model (``kl/coef`` = 0 and no KL logged: TRL GRPO's default β = 0, verl
+without a KL loss or KL reward) reports status "no reference", not "skipped".
 Default thresholds: window 30 steps, p < 0.01; yellow when the KL rose by > 1.0 × the scale,
 orange when it rose by > 2.0 × the scale within the window. Measured on healthy tiny-world runs
 (3 runs × 120 steps, target 1.0): the largest significant 30-step rise is 0.46–0.74 nats. A rise
@@ -27,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlcockpit.config import Config, check, option
-from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._kl import KLScale, has_kl
+from rlcockpit.diagnostics.base import Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._kl import KLScale, has_kl, kl_missing
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Window, band_exit, mann_kendall, median, relative_growth
 
@@ -73,7 +75,7 @@ class KLTrend(Detector):
 
     def update(self, view: StepView) -> Condition | object | None:
         if not has_kl(view):
-            return SKIPPED
+            return kl_missing(view)
         reading = self._scale.read(view)
         if reading is None:
             return None

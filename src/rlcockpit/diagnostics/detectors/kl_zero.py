@@ -23,6 +23,12 @@ that log only ``kl/token_mean`` (TRL, verl), per token (``eps_token_mean`` 1e-6,
 the collapse factor is relative. Real runs: TRL per-token KL medians 2.7e-4 (016) … 2.5 (008).
 The finding stays open (``latch``) for the rest of the run: after a one-time sync the actor drifts
 away again at once and the KL looks healthy — measured against the wrong reference.
+An intended sync is no finding: a run that mixes the actor into the reference every N steps on
+purpose (TRL ``sync_ref_model=True``: every ``ref_model_sync_steps``, default 512, α 0.6) logs
+``kl/ref_sync_every`` = N; a zero whose first step is a multiple of N or the step after one (TRL
+syncs at the end of step kN, the KL of step kN + 1 is the first against the new reference) starts
+a new history instead. A run without a reference model (``kl/coef`` = 0, no KL logged) reports
+status "no reference", not "skipped".
 False positives: a policy collapsed to a mode the reference also prefers (only EOS): then the
 reward and the response length collapse too (001 Q3), which other detectors report.
 Fix: stop and review the code: check that the reference is frozen and never loaded from the
@@ -34,8 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlcockpit.config import Config, option
-from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._kl import has_kl
+from rlcockpit.diagnostics.base import Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._kl import has_kl, kl_missing
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Streak, Window, median
 
@@ -64,7 +70,7 @@ class KLZeroConfig(Config):
 class KLZero(Detector):
     name = "kl_zero"
     family = "kl"
-    reads = ("kl/mean", "kl/token_mean", "kl/token_max")
+    reads = ("kl/mean", "kl/token_mean", "kl/token_max", "kl/ref_sync_every")
     patterns = ("kl_zero_ref_synced",)
     signal = "KL"
     Config = KLZeroConfig
@@ -77,7 +83,7 @@ class KLZero(Detector):
 
     def update(self, view: StepView) -> Condition | object | None:
         if not has_kl(view):
-            return SKIPPED
+            return kl_missing(view)
         found = self._judge(view)
         if found is not None and self.config.latch:
             self._latched = self._latched or found
@@ -96,6 +102,9 @@ class KLZero(Detector):
         if not is_zero:
             self._history.push(kl, view.step)
             return None
+        if _synced(self._zero.onset, view.finite("kl/ref_sync_every")):
+            self._history = Window(cfg.window)  # the reference moved on purpose: a new history
+            return None
         before = median(self._history.values) if len(self._history) else 0.0
         needed = cfg.steps if peak is not None else cfg.steps_mean_only
         if held < needed or before <= floor or before < cfg.collapse * abs(kl):
@@ -110,3 +119,12 @@ class KLZero(Detector):
                          "(or the KL computation is broken)", evidence,
                          message_zh=f"KL 在中位数 {before:.3g} 之后连续 {held} 步降为约 0："
                                     "参考模型可能被同步成了 Actor 的副本（或 KL 计算有误）")
+
+
+def _synced(onset: int | None, period: float | None) -> bool:
+    """The zero began at an intended reference sync: step kN or kN + 1 (k >= 1) of period N."""
+    if onset is None or period is None or period < 1:
+        return False
+    n = int(period)
+    return onset >= n and onset % n in (0, 1)
+

@@ -24,7 +24,8 @@ had ``policy/approx_kl`` ≠ 0, ``update/ratio/actor`` > 0, or ``grad/norm/actor
 ``optim/lr/actor`` > 0 (or not logged).
 At step 1 the KL is 0 by construction (actor = reference), and real run 005 starts with lr 0, so
 its KL is legitimately 0 at steps 1–2. Judged only while the KL has never been above the zero
-bound: a KL that falls to 0 later is ``kl_zero``'s. Not judged when β is not logged (TRL GRPO).
+bound: a KL that falls to 0 later is ``kl_zero``'s. Not judged when β is 0 (no reference model:
+TRL GRPO's default, verl without a KL term; the KL detectors say "no reference") or not logged.
 ``no_signal`` — zero reward variance: ``reward/std`` = 0, or ``reward/frac_zero_std_groups`` ≈ 1
 (every GRPO group with identical rewards): no advantage, nothing to learn.
 ``no_update`` — ``grad/norm/actor`` exactly 0 while there is a learning signal (``reward/std`` > 0
