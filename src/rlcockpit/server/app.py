@@ -25,6 +25,7 @@ from rlcockpit.server.deps import Reader, require_viewer
 from rlcockpit.server.guard import Guard
 from rlcockpit.server.responses import json_response
 from rlcockpit.server.routes import CONTROL_ROUTERS, READ_ROUTERS
+from rlcockpit.server.routes.stream import SharedChecks
 from rlcockpit.server.settings import ServerSettings
 from rlcockpit.server.tail import SharedReads
 
@@ -75,6 +76,7 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
     app.state.control = control
     app.state.streams = workers.StreamSlots(settings.max_streams)
     app.state.stream_reads = SharedReads(reader, ttl_s=settings.sse_poll_s)
+    app.state.stream_checks = SharedChecks(settings.stream_auth_check_s)
     read_cache = ReadCache(settings.read_cache_s, settings.worker_nice) if settings.read_cache_s > 0 else None
     app.state.read_cache = read_cache
     handlers.install(app)

@@ -9,6 +9,7 @@ another thing: ``routes/params.py``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 import time
@@ -36,6 +37,10 @@ def message(kind: str, cursor: Cursor | None, data: Any) -> str:
                       separators=(",", ":"))
     head = f"event: {kind}\n" + (f"id: {encode(cursor)}\n" if cursor is not None else "")
     return f"{head}data: {text}\n\n"
+
+
+def _row_message(kind: str, cursor: Cursor, record: Any) -> str:
+    return message(kind, cursor, to_dict(record))
 
 
 def keepalive() -> str:
@@ -102,6 +107,19 @@ class SharedReads:
                 if len(self._data) >= self.MAX_ENTRIES:
                     self._expire()
                 self._data[key] = (time.monotonic(), value)
+        return value
+
+    def text(self, key: tuple, build: Any) -> str:
+        """A message's text, built once for every stream at the same cursor (``key`` names the
+        run, kind and cursor, which fix the message), kept like the reads."""
+        key = ("text", *key)
+        with self._lock:
+            hit = self._fresh(key)
+        if hit is not None:
+            return hit[1]
+        value = build()
+        with self._lock:
+            self._data[key] = (time.monotonic(), value)
         return value
 
     def fresh(self, name: str, *args: Any) -> Any:
@@ -174,6 +192,11 @@ class Tail:
         self._steps(out)
         return out
 
+    def _text(self, kind: str, build: Any) -> str:
+        if isinstance(self.reader, SharedReads):
+            return self.reader.text((self.run_id, kind, self.cursor), build)
+        return build()
+
     def _status(self, out: Poll) -> None:
         # a new stream's first status is read afresh (the shared answer may be one poll old)
         if self.status is None and isinstance(self.reader, SharedReads):
@@ -190,7 +213,7 @@ class Tail:
         found = self.reader.rows_after(self.run_id, table, after, limit=ROWS_PER_POLL)
         for row_id, record in found:
             self.cursor = self.cursor.advance(**{kind: row_id})
-            out.messages.append(message(kind, self.cursor, to_dict(record)))
+            out.messages.append(self._text(kind, functools.partial(_row_message, kind, self.cursor, record)))
         out.more = out.more or len(found) >= ROWS_PER_POLL
 
     def _steps(self, out: Poll) -> None:
@@ -200,6 +223,6 @@ class Tail:
         metrics = self.reader.step_metrics(self.run_id, found[0][0], found[-1][0])
         for step, wall_time in found:
             self.cursor = self.cursor.advance(step=step)
-            out.messages.append(message("step", self.cursor, {
-                "step": step, "wall_time": wall_time, "metrics": metrics.get(step, {})}))
+            out.messages.append(self._text("step", functools.partial(message, "step", self.cursor, {
+                "step": step, "wall_time": wall_time, "metrics": metrics.get(step, {})})))
         out.more = out.more or len(found) >= STEPS_PER_POLL

@@ -27,6 +27,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from rlcockpit.errors import RlcockpitError
+from rlcockpit.server.auth import bearer_token
 from rlcockpit.server.cursor import Cursor, decode
 from rlcockpit.server.query import I64_MAX, I64_MIN
 from rlcockpit.server.routes.base import read_router
@@ -40,6 +41,47 @@ RETRY_MS = 2000
 NO_ID = ("null", "undefined")
 # what decode() reads (or "no id yet"): the schema says so, and FastAPI refuses anything else (422)
 CURSOR_PATTERN = r"^ *(null|undefined|v1\.(_|-?[0-9]{1,19})(\.[0-9]{1,19}){3}) *$"
+
+
+class SharedChecks:
+    """The streams' token re-checks, one per token and ``max_age_s``: 50 dashboards of one
+    person (or of the anonymous reader) are checked once every interval, not 50 times."""
+
+    def __init__(self, max_age_s: float) -> None:
+        self.max_age_s = max_age_s
+        self._done: dict[str | None, tuple[float, RlcockpitError | None]] = {}
+
+    def bind(self, request: Request, access: Any) -> _Check:
+        try:
+            token = bearer_token(request)
+        except RlcockpitError:
+            token = None
+        return _Check(self, token, lambda: access.require(request, "viewer"))
+
+
+class _Check:
+    def __init__(self, checks: SharedChecks, token: str | None, run: Callable[[], Any]) -> None:
+        self.checks, self.token, self.run = checks, token, run
+
+    def shared(self) -> bool:
+        """True when a check of this token within ``max_age_s`` passed (raises what it raised)."""
+        done = self.checks._done.get(self.token)
+        if done is None or time.monotonic() - done[0] >= self.checks.max_age_s:
+            return False
+        if done[1] is not None:
+            raise done[1]
+        return True
+
+    def __call__(self) -> None:
+        at = time.monotonic()
+        try:
+            self.run()
+        except RlcockpitError as exc:
+            self.checks._done[self.token] = (at, exc)
+            raise
+        if len(self.checks._done) > 10_000:
+            self.checks._done.clear()
+        self.checks._done[self.token] = (at, None)
 
 
 @router.get("/stream", summary="Live server-sent events: step, finding, phase, event, run",
@@ -61,7 +103,7 @@ async def stream(request: Request, run: str,
     await run_in_threadpool(state.reader.get_run, run)  # 404 before the stream starts
     state.streams.acquire()  # 503 too_many_streams over max_streams
     access = state.access
-    recheck = None if access is None else (lambda: access.require(request, "viewer"))
+    recheck = None if access is None else state.stream_checks.bind(request, access)
     body = _events(request, state.stream_reads, state.settings, run, parsed, after_step, recheck)
     return StreamingResponse(body, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -81,8 +123,8 @@ async def _events(request: Request, reader: Any, settings: ServerSettings, run: 
         while not await request.is_disconnected():
             if recheck is not None and time.monotonic() - checked >= settings.stream_auth_check_s:
                 checked = time.monotonic()
-                try:
-                    await loop.run_in_executor(thread, recheck)
+                try:  # streams of one token share one check per interval: no hop for the others
+                    recheck.shared() or await loop.run_in_executor(thread, recheck)
                 except RlcockpitError as exc:  # revoked, rotated, expired: say so and end the stream
                     yield message("error", None, exc.to_dict())
                     return
