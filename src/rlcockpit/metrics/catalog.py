@@ -364,6 +364,10 @@ _SYSTEM = _specs("system", [
     ("sys/gpu_mem_reserved_gb", "GB", "flat",
      "Peak GPU memory reserved by the torch caching allocator (allocated plus cached blocks). "
      "Healthy: flat below the device size; growing far above sys/gpu_mem_gb is fragmentation."),
+    ("sys/gpu_mem_peak_gb/<phase>", "GB", "flat",
+     "Peak GPU memory allocated by torch within one trainer phase of the step (rollout, score, "
+     "update, ...; CUDA only). Healthy: flat below the device size; the phase nearest the limit "
+     "is where micro-batches, gradient checkpointing or LoRA save the most."),
     ("sys/gpu_util", "fraction", "up",
      "GPU utilisation averaged over the step (0 on CPU). Healthy: high during rollout and "
      "update; low values mean the GPU waits on data or the host."),

@@ -7,7 +7,8 @@ in-process rollback and :func:`checkpoint_before` picks its target.
 
 Layout of one checkpoint (``<checkpoint.dir>/<run_id>/step_<N>/``)::
 
-    actor/              the policy as a normal Hugging Face directory (+ tokenizer)
+    actor/              the policy as a normal Hugging Face directory (+ tokenizer); with LoRA
+                        its adapters only (adapter_config.json, adapter_model.safetensors)
     critic.pt           critic state dict (PPO only)
     trainer_state.pt    optimizers, KL / clip controllers, normalisers, LiveParams, RNG states of
                         python / numpy / torch / the rollout and minibatch generators, data cursor,
@@ -306,10 +307,10 @@ def restore(t: Checkpointed, path: Path) -> int:
     """The in-process rollback: load checkpoint ``path``'s full state into the running trainer
     (weights, optimizers, controllers, normalisers, RNGs, data cursor); ``latest`` then names it,
     so ``--resume latest`` continues from the healthy state. Returns the step it goes back to."""
-    from rlcockpit.trainer.models import load_causal_lm
+    from rlcockpit.trainer.adapters import load_actor_weights
 
     state = load_state(path)
-    t.models.actor.load_state_dict(load_causal_lm(path / "actor").state_dict())
+    load_actor_weights(t.models.actor, path / "actor")  # LoRA: the adapters
     restore_trainer_state(t, state, path)
     t.last_checkpoint = str(path)
     point_latest(path)

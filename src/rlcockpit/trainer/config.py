@@ -14,6 +14,7 @@ from rlcockpit.config import Config, check, option
 from rlcockpit.control.config import ControlConfig
 from rlcockpit.diagnostics.config import DiagnosticsConfig
 from rlcockpit.rewards.rm_config import RMConfig
+from rlcockpit.trainer.model_config import ModelConfig
 
 # samples per prompt of each stage of a rollout.schedule (the schedule itself: metrics.cost)
 SCHEDULE_N_SAMPLES = {"seed004": (8, 4, 2)}
@@ -21,29 +22,13 @@ PHASES = ("INIT", "ROLLOUT", "SCORE", "ADVANTAGE", "UPDATE", "EVAL", "DIAGNOSE",
 
 
 @dataclass(frozen=True)
-class ModelConfig(Config):
-    """The policy (actor), the frozen reference and the critic."""
-
-    path: str = option("tiny", help='Policy weights: "tiny" = the shipped tiny-world SFT checkpoint, '
-                       "or a local Hugging Face causal-LM directory (config.json + weights + tokenizer). "
-                       "The reference model is a frozen copy of it.")
-    critic_path: str = option("", help="Backbone for the critic (a causal-LM directory whose hidden states feed "
-                              'the value head); "" = the same as model.path.')
-    value_head_init_std: float = option(0.01, help="Std of the normal init of the critic's value head "
-                                        "(seed 000 §3.2: 0.01 keeps the early critic stable).", range=(0.0, 1.0))
-    normalize_values: bool = option(False, help="Critic output normalisation (seed 000 §3.2/§4.2): the critic "
-                                    "predicts returns normalised by running statistics; predictions are "
-                                    "denormalised before GAE.")
-    threads: int = option(0, help="torch.set_num_threads for training; 0 = torch's default (all cores). On a "
-                          "busy shared machine 1 is often fastest for the tiny model.", range=(0, 256))
-
-
-@dataclass(frozen=True)
 class DataConfig(Config):
     """Where the prompts come from."""
 
     source: str = option("tiny", help='"tiny" = the tiny world\'s prompt set (split data.split), or a path to a '
-                         'JSONL file with one {"prompt": ..., "prompt_id"?, "category"?, "meta"?} per line.')
+                         'JSONL file with one {"prompt": ..., "prompt_id"?, "category"?, "meta"?} per line; '
+                         'instead of "prompt" a line may hold chat "messages" ([{"role", "content"}, ...]), '
+                         "rendered with the tokenizer's chat template (generation prompt added).")
     split: str = option("train", help="Tiny-world split used for training.", choices=("train", "validation"))
     shuffle: bool = option(True, help="Reshuffle the prompts every pass (seeded by `seed`).")
     max_prompt_tokens: int = option(64, help="Prompts longer than this many tokens are skipped at set-up "

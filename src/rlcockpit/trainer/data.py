@@ -48,30 +48,56 @@ def read_jsonl_prompts(path: Path, key: str = "data.source") -> list[PromptItem]
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{key}={str(path)!r} line {lineno} is not JSON: {exc.msg}",
                               details={"key": key, "line": lineno}) from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-            raise ConfigError(f'{key}={str(path)!r} line {lineno} needs a "prompt" string',
-                              details={"key": key, "line": lineno})
+        if not isinstance(row, dict) or not (isinstance(row.get("prompt"), str) or _is_chat(row.get("messages"))):
+            raise ConfigError(f'{key}={str(path)!r} line {lineno} needs a "prompt" string or chat "messages" '
+                              '([{"role": "user", "content": "..."}, ...])', details={"key": key, "line": lineno})
         items.append(_item_from_row(row, lineno))
     if not items:
         raise ConfigError(f"{key}={str(path)!r} holds no prompts", details={"key": key})
     return items
 
 
+def _is_chat(messages: Any) -> bool:
+    return isinstance(messages, list) and bool(messages) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages)
+
+
 def _item_from_row(row: dict[str, Any], lineno: int) -> PromptItem:
+    """A chat row keeps its ``messages`` in meta; its prompt text is rendered by :func:`tokenize_items`."""
     category = str(row.get("category", "default"))
     meta = dict(row.get("meta") or {})
     meta.update({k: v for k, v in row.items() if k not in ("prompt", "prompt_id", "meta")})
     meta.setdefault("category", category)
-    return PromptItem(str(row.get("prompt_id", f"line-{lineno}")), category, row["prompt"], meta)
+    prompt = row["prompt"] if isinstance(row.get("prompt"), str) else ""
+    return PromptItem(str(row.get("prompt_id", f"line-{lineno}")), category, prompt, meta)
 
 
 def tokenize_items(items: Sequence[PromptItem], tokenizer: Any, max_tokens: int) -> tuple[list[PromptItem], int]:
     """Attach token ids; prompts longer than ``max_tokens`` are dropped (returns the kept ones and the count
-    dropped). Token ids are what the model sees, so the tokenizer's own special-token rules apply."""
-    encoded = tokenizer([it.prompt for it in items])["input_ids"]
-    kept = [PromptItem(it.prompt_id, it.category, it.prompt, it.meta, tuple(ids))
-            for it, ids in zip(items, encoded, strict=True) if 0 < len(ids) <= max_tokens]
+    dropped). Token ids are what the model sees, so the tokenizer's own special-token rules apply.
+    Chat rows (``meta["messages"]``) are rendered with the tokenizer's chat template, the assistant's
+    generation prompt added; the rendered text becomes the prompt (what the reward function sees)
+    and is encoded without adding special tokens again (the template writes them)."""
+    texts = [_render_chat(tokenizer, it.meta["messages"]) if "messages" in it.meta else it.prompt for it in items]
+    plain = [i for i, it in enumerate(items) if "messages" not in it.meta]
+    chat = [i for i, it in enumerate(items) if "messages" in it.meta]
+    encoded: list[list[int]] = [[] for _ in items]
+    for idx, special in ((plain, True), (chat, False)):
+        if idx:
+            ids = tokenizer([texts[i] for i in idx], add_special_tokens=special)["input_ids"]
+            for i, row in zip(idx, ids, strict=True):
+                encoded[i] = row
+    kept = [PromptItem(it.prompt_id, it.category, text, it.meta, tuple(ids))
+            for it, text, ids in zip(items, texts, encoded, strict=True) if 0 < len(ids) <= max_tokens]
     return kept, len(items) - len(kept)
+
+
+def _render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError('data.source has chat "messages" but the model\'s tokenizer has no chat template; '
+                          "save one with the tokenizer (tokenizer.chat_template = ...) or write plain \"prompt\" "
+                          "lines", details={"key": "data.source"})
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
 class PromptSource:

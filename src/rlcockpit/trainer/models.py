@@ -3,8 +3,8 @@
 Any Hugging Face causal LM in a local directory works (``model.path``); ``"tiny"`` is the tiny
 world's shipped SFT checkpoint. The critic is a backbone loaded from the same checkpoint (its
 hidden states) plus a linear value head initialised with a small std (seed 000 §3.2: 0.01).
-All three stay in ``eval()`` mode — dropout would make the old and new logprobs of PPO's ratio
-disagree on identical weights.
+Every dropout is set to 0 and all three stay in ``eval()`` mode outside UPDATE — dropout would
+make the old and new logprobs of PPO's ratio disagree on identical weights (trainer/memory.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from rlcockpit.errors import ConfigError
+from rlcockpit.trainer.memory import disable_dropout
 
 _BLOCK_RE = re.compile(r"(?:^|\.)(?:h|layers|layer|blocks|block)\.(\d+)\.")
 
@@ -106,10 +107,16 @@ class Critic(nn.Module):
         return self.value_head(out.last_hidden_state).squeeze(-1)
 
 
-def build_critic(path: Path, init_std: float, seed: int) -> Critic:
-    lm = load_causal_lm(path, key="model.critic_path")
+def build_critic(path: Path, init_std: float, seed: int, lora: Any = None) -> Critic:
+    """The critic from causal LM ``path``'s backbone; ``lora`` (a LoRAConfig) adapts the backbone
+    (trainer/adapters.py) while the value head trains in full."""
+    lm = disable_dropout(load_causal_lm(path, key="model.critic_path"))
     backbone = lm.base_model  # the transformer without its LM head (GPT2Model, LlamaModel, ...)
     hidden = int(lm.config.hidden_size)
+    if lora is not None:
+        from rlcockpit.trainer.adapters import add_adapters
+
+        backbone = add_adapters(backbone, lora, seed=seed + 2, causal=False)
     with torch.random.fork_rng():  # the value-head init must not shift the global RNG stream
         torch.manual_seed(seed)
         critic = Critic(backbone, hidden, init_std)

@@ -11,6 +11,8 @@
   the ranks (:meth:`rlcockpit.trainer.distributed.Group.mean_grads`), so clipping, the guard and the
   step see the same global gradient on every rank; a non-finite loss on any rank skips the step on
   all of them. ``local_norm`` keeps this rank's norm before the reduction.
+- Micro-batches (trainer/memory.py) accumulate their gradients (``backward`` per micro-batch) before
+  the one guarded step (``finish``); fp16's loss scaler is unscaled before the norms are measured.
 """
 
 from __future__ import annotations
@@ -77,15 +79,19 @@ class StepGrads:
 
 
 class GuardedOptimizer:
-    """One model's AdamW plus its clip groups; ``step(loss, limits)`` does backward → guard → clip → step."""
+    """One model's AdamW plus its clip groups: ``zero_grad`` → ``backward`` per micro-batch →
+    ``finish`` (guard → clip → step); ``step(loss, limits)`` does all of it for one loss. With fp16
+    a ``scaler`` (torch.amp.GradScaler, trainer/devices.py) scales the loss before ``backward`` and
+    unscales the gradients before they are measured and clipped."""
 
     def __init__(self, model: nn.Module, cfg: OptimConfig, lr: float, *, split_embedding: bool,
-                 group: Group | None = None) -> None:
+                 group: Group | None = None, scaler: torch.amp.GradScaler | None = None) -> None:
         self.groups = param_groups(model)
         self.optimizer = make_adamw(self.groups, cfg, lr)
         self.split_embedding = split_embedding
         self.skipped_total = 0
         self.group = group if group is not None and group.distributed else None
+        self.scaler = scaler
 
     def set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:
@@ -96,23 +102,32 @@ class GuardedOptimizer:
         return float(self.optimizer.param_groups[0]["lr"])
 
     def step(self, loss: torch.Tensor, limit: float, embedding_limit: float) -> StepGrads:
+        self.zero_grad()
+        return self.finish(limit, embedding_limit, ok=self.backward(loss))
+
+    def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, loss: torch.Tensor) -> bool:
+        """Accumulate ``loss``'s gradients; False (and no backward) when the loss is not finite."""
+        if not torch.isfinite(loss):
+            return False
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        return True
+
+    def finish(self, limit: float, embedding_limit: float, *, ok: bool) -> StepGrads:
+        """The optimizer step on the accumulated gradients (``ok``: every loss was finite)."""
         local = math.nan
         if self.group is not None:  # every rank reduces, even one whose loss is not finite
-            ok = bool(torch.isfinite(loss))
-            if ok:
-                loss.backward()
             local, ok = self.group.mean_grads(self.groups.all, ok)
-            if not ok:
-                return self._skip(math.nan, local=local)
-        elif not torch.isfinite(loss):
-            return self._skip(math.nan)
-        else:
-            loss.backward()
+        if not ok:
+            return self._skip(math.nan, local=local)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
         layers = {name: group_norm(ps) for name, ps in self.groups.by_layer.items()}
         total = math.sqrt(sum(n * n for n in layers.values()))
-        if not math.isfinite(total):
-            return self._skip(total, layers, local)
+        if not math.isfinite(total):  # with fp16: an overflow, the scaler halves its scale
+            return self._skip(total, layers, local, unscaled=True)
         if self.split_embedding:
             emb = layers.get("embedding", 0.0)
             rest = math.sqrt(max(0.0, total * total - emb * emb))
@@ -120,10 +135,17 @@ class GuardedOptimizer:
             scale_grads(self.groups.rest, rest, limit)
         else:
             scale_grads(self.groups.all, total, limit)
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         return StepGrads(total, layers, local=local)
 
-    def _skip(self, total: float, layers: dict[str, float] | None = None, local: float = math.nan) -> StepGrads:
+    def _skip(self, total: float, layers: dict[str, float] | None = None, local: float = math.nan,
+              unscaled: bool = False) -> StepGrads:
+        if self.scaler is not None and unscaled:
+            self.scaler.update()  # the overflow was recorded by unscale_: the scale shrinks
         self.optimizer.zero_grad(set_to_none=True)
         self.skipped_total += 1
         return StepGrads(total, layers or {}, skipped=True, local=local)

@@ -72,6 +72,9 @@ LOGGED_METRICS: dict[str, str] = {
     "time/<phase>_s": "every step, per phase that ran (init, rollout, score, advantage, update, eval, "
                       "diagnose, hotfix, paused, checkpoint)",
     "perf/tokens_per_s": "every step", "perf/samples_per_s": "every step", "sys/rss_gb": "every step",
+    "sys/gpu_mem_gb": "every step on CUDA (allocated at the step's end)",
+    "sys/gpu_mem_reserved_gb": "every step on CUDA (the step's peak reserved)",
+    "sys/gpu_mem_peak_gb/<phase>": "every step on CUDA, per phase that ran (peak allocated within it)",
     "cost/tokens_generated": "every step", "cost/tokens_trained": "every step",
     "cost/prompt_tokens": "every step", "cost/usd_per_step": "every step when cost.price_per_hour > 0",
     "eval/reward/mean": "at step 0 and every eval.every steps",
@@ -236,10 +239,12 @@ def cost_metrics(generated: int, ppo_epochs: int, prompt_tokens: int, wall_s: fl
 
 def model_size(actor: Any, critic: Any) -> dict[str, int]:
     """Parameter counts N of the models (the cost ledger's FLOPs, docs/cost.md); embeddings
-    included, as in the 2N / 6N rule of thumb."""
-    out = {"actor_params": int(sum(p.numel() for p in actor.parameters()))}
+    included, as in the 2N / 6N rule of thumb; and how many of them train (fewer with LoRA)."""
+    out = {"actor_params": int(sum(p.numel() for p in actor.parameters())),
+           "actor_trainable_params": int(sum(p.numel() for p in actor.parameters() if p.requires_grad))}
     if critic is not None:
         out["critic_params"] = int(sum(p.numel() for p in critic.parameters()))
+        out["critic_trainable_params"] = int(sum(p.numel() for p in critic.parameters() if p.requires_grad))
     return out
 
 

@@ -33,7 +33,6 @@ import numpy as np
 import torch
 
 from rlcockpit.config import to_dict
-from rlcockpit.metrics.cost import SCHEDULES, schedule_n
 from rlcockpit.records import SampleRecord
 from rlcockpit.rewards import RewardFunction
 from rlcockpit.trainer import checkpoint as ckpt
@@ -46,11 +45,12 @@ from rlcockpit.trainer.diagnosis import Diagnosis
 from rlcockpit.trainer.distributed import FollowerRun, Group, merge_states, param_hash
 from rlcockpit.trainer.evaluation import Evaluator
 from rlcockpit.trainer.live import LiveControl, LiveParams, PendingChange
+from rlcockpit.trainer.memory import MemoryMeter
 from rlcockpit.trainer.phases import PhaseClock
-from rlcockpit.trainer.rollout import sample_responses
+from rlcockpit.trainer.rollout import SamplingSchedule, sample_responses
 from rlcockpit.trainer.samples import TokenText, build_samples, histogram_values
 from rlcockpit.trainer.score import score_batch
-from rlcockpit.trainer.setup import Models, Prompts, build_components
+from rlcockpit.trainer.setup import Models, Prompts, build_components, open_run
 from rlcockpit.trainer.step import StepState
 from rlcockpit.trainer.update import Updater
 
@@ -109,7 +109,8 @@ class Trainer:
         self._checkpoint_requests: list[PendingChange] = []
         self._eval_pending: dict[str, float] = {}
         self._step_started = 0.0
-        self._schedule_applied: int | None = None  # the sampling schedule's stage last applied
+        self.schedule = SamplingSchedule(config.rollout.schedule, config.train.steps, config.rollout.n_samples)
+        self.memory = MemoryMeter(torch.device("cpu"))  # INIT puts it on the actor's device
         self._boundary: dict[str, Any] = {"checkpoints": [], "rollback": None}  # rank 0's, for the other ranks
         self.clock = PhaseClock(config.timeouts.limit, abort=config.timeouts.on_timeout == "abort",
                                 on_start=self._phase_started, on_end=self._phase_ended,
@@ -168,15 +169,16 @@ class Trainer:
         g.check_divides(self.cfg.ppo.minibatch_size, "the samples of a minibatch", "ppo.minibatch_size")
         state = ckpt.load_state(self.resume_from) if self.resume_from else None
         actor_dir = self.resume_from / "actor" if self.resume_from else None
-        parts = build_components(self.cfg, actor_dir)  # the same seed on every rank: the same models
+        parts = build_components(self.cfg, actor_dir, g.device)  # the same seed on every rank: the same models
         self.models, self.prompts, self.reward_fn = parts.models, parts.prompts, parts.reward_fn
         self.controllers, self.normalizers = parts.controllers, parts.normalizers
-        m = self.models
-        self.updater = Updater(m.actor, m.critic, self.controllers, self.cfg, group=g)
+        m, place = self.models, self.models.placement
+        self.updater = Updater(m.actor, m.critic, self.controllers, self.cfg, group=g, place=place)
+        self.memory = MemoryMeter(place.device)  # sys/gpu_mem_* on CUDA (trainer/memory.py)
         self.entropy_uniform = sm.entropy_uniform(m.actor)  # log V: fixed for the run
-        self.rollout_gen = torch.Generator().manual_seed(g.seed(self.cfg.seed))  # its own samples per rank
+        self.rollout_gen = place.generator(g.seed(self.cfg.seed))  # its own samples per rank, on the actor's device
         self.token_text = TokenText(m.tokenizer)
-        self.evaluator = Evaluator(self.prompts.eval_items, self.cfg.eval, m.tokenizer, self.reward_fn)
+        self.evaluator = Evaluator(self.prompts.eval_items, self.cfg.eval, m.tokenizer, self.reward_fn, place, m.stop)
         self.live.tighten("max_new_tokens", 1, parts.max_new_tokens_limit)
         if self.controllers.clip is not None:
             self.live.tighten("clip_eps", self.cfg.ppo.clip_eps_min, self.cfg.ppo.clip_eps_max)
@@ -184,7 +186,7 @@ class Trainer:
             ckpt.restore_trainer_state(self, state, self.resume_from)
             ckpt.restore_rank_rng(self, self.resume_from, g.rank)
         if g.is_main:
-            self.telemetry = self._open_run(state["run_id"] if state else None)
+            self.telemetry = open_run(self.cfg, state["run_id"] if state else None, self.take_over)
             g.broadcast(self.telemetry.run_id)
             if g.distributed:
                 self.telemetry.log(self.step, {"dist/world_size": float(g.world_size)})
@@ -204,7 +206,7 @@ class Trainer:
         self._phase_ended("INIT", self.step, duration, True)
         if state is None:
             self.clock.durations["INIT"] = duration  # logged as time/init_s at step 0
-        self.telemetry.event(self.step, "model_size", sm.model_size(m.actor, m.critic))
+        self.telemetry.event(self.step, "model_size", {**sm.model_size(m.actor, m.critic), **place.describe()})
         if state is not None:
             self._after_resume()
         if self.prompts.skipped:
@@ -217,17 +219,20 @@ class Trainer:
             live, n = self.live.params, self.n_samples(step)
             # every rank draws the same global batch and keeps its shard: a prompt's samples stay together
             items = [it for it in self.group.shard(self.prompts.source.next_batch()) for _ in range(n)]
+            m = self.models
             batch, responses = sample_responses(
-                self.models.actor, [it.token_ids for it in items], self.models.tokenizer,
-                max_new_tokens=live.max_new_tokens, temperature=live.temperature, top_p=live.top_p,
-                generator=self.rollout_gen)
+                m.actor, [it.token_ids for it in items], m.tokenizer, max_new_tokens=live.max_new_tokens,
+                temperature=live.temperature, top_p=live.top_p, generator=self.rollout_gen, place=m.placement,
+                stop=m.stop)
             return StepState(step, items, [i // n for i in range(len(items))], batch, responses)
 
     def score(self, state: StepState) -> None:
         """Rewards, old and reference logprobs, critic values (frozen forward passes, no grad)."""
         with self.clock.phase("SCORE", state.step):
             score_batch(state, models=self.models, reward_fn=self.reward_fn, temperature=self.live.params.temperature,
-                        kl_estimator=self.cfg.kl.estimator, value_norm=self.normalizers.value)
+                        kl_estimator=self.cfg.kl.estimator, value_norm=self.normalizers.value,
+                        micro=self.updater.micro)
+        self._log_oom_retries()
 
     def advantage(self, state: StepState) -> None:
         with self.clock.phase("ADVANTAGE", state.step):
@@ -245,6 +250,7 @@ class Trainer:
             state.update_stats = self.updater.run(
                 state, self.live.params,
                 on_epoch=lambda e, n: self.telemetry.phase(state.step, "UPDATE", "running", progress=e / n))
+        self._log_oom_retries()
 
     def evaluate(self, step: int) -> None:
         """Validation prompts, fixed sampling seed; logged at ``step`` and shown to the observers."""
@@ -501,6 +507,13 @@ class Trainer:
         first = getattr(self.telemetry, "first_missing_step", None)
         return self.checkpoint_before(first) if first is not None else None
 
+    def _log_oom_retries(self) -> None:
+        """An out-of-memory error that halved the micro-batches (trainer/memory.py): one event each."""
+        for retry in self.updater.micro.take_events():
+            self.telemetry.event(retry["step"], "oom_retry", retry)
+            log.warning("step %d: out of memory in %s; micro-batch %d -> %d, retried", retry["step"], retry["phase"],
+                        retry["micro_batch_from"], retry["micro_batch_to"])
+
     def _log_durations(self, step: int) -> None:
         durations = self.clock.take_durations()
         if durations:
@@ -521,50 +534,23 @@ class Trainer:
 
     def n_samples(self, step: int) -> int:
         """Samples per prompt at ``step``: rollout.n_samples, or the rollout.schedule's stage."""
-        stage = self._schedule_stage(step)
-        return stage[3] if stage else self.cfg.rollout.n_samples
-
-    def _schedule_stage(self, step: int) -> tuple[int, float, float, int] | None:
-        """(stage index, temperature, top_p, n_samples) of the sampling schedule at ``step``."""
-        if not self.cfg.rollout.schedule:
-            return None
-        stages = SCHEDULES[self.cfg.rollout.schedule]
-        fraction = (max(step, 1) - 1) / self.cfg.train.steps
-        index = max(i for i, stage in enumerate(stages) if fraction >= stage[0])
-        return (index, *schedule_n(stages, fraction))
+        return self.schedule.n_samples(step)
 
     def _schedule_sampling(self, next_step: int) -> None:
         """At a stage start, the schedule's temperature and top-p go through the live inbox (applied
         in this HOTFIX, recorded as ``live_params_applied``): nothing changes silently, and a ticket
         may still change them within the stage."""
-        stage = self._schedule_stage(next_step)
-        if stage is None or stage[0] == self._schedule_applied or next_step > self.cfg.train.steps:
-            return
-        self._schedule_applied = stage[0]
-        index, temperature, top_p, n = stage
-        self.live.request({"temperature": temperature, "top_p": top_p},
-                          reason=f"rollout.schedule={self.cfg.rollout.schedule} stage {index + 1}: "
-                                 f"{n} samples per prompt from step {next_step}",
-                          requested_by="sampling_schedule")
+        stage = self.schedule.starting(next_step)
+        if stage is not None:
+            index, temperature, top_p, n = stage
+            self.live.request({"temperature": temperature, "top_p": top_p},
+                              reason=f"rollout.schedule={self.cfg.rollout.schedule} stage {index + 1}: "
+                                     f"{n} samples per prompt from step {next_step}",
+                              requested_by="sampling_schedule")
 
     def _eval_due(self, step: int) -> bool:
         every = self.cfg.eval.every
         return every > 0 and (step % every == 0 or step == self.cfg.train.steps)
-
-    def _open_run(self, run_id: str | None) -> Any:
-        # telemetry.init, not rlcockpit.init: the facade reaches the integrations (layering)
-        from rlcockpit.telemetry import LeaseOptions, TokenArrayPolicy, init, new_run_id
-
-        t = self.cfg.telemetry
-        policy = TokenArrayPolicy(recent_steps=t.token_arrays_recent_steps,
-                                  subset_per_step=t.token_arrays_subset_per_step, seed=t.token_arrays_seed)
-        resume = run_id is not None
-        run_id = run_id or new_run_id()
-        name = self.cfg.name or f"{self.cfg.algo}-{run_id}"
-        return init(project=self.cfg.project, name=name, store=t.store, config=to_dict(self.cfg),
-                    run_id=run_id, resume=resume, token_arrays=policy, spool_dir=t.spool_dir,
-                    spool_max_mb=t.spool_max_mb,
-                    lease=LeaseOptions(kind="trainer"), force=self.take_over)
 
     def _step_metrics(self, state: StepState) -> dict[str, float]:
         live = self.live.params
@@ -590,6 +576,7 @@ class Trainer:
         generated = int(state.mask.sum())
         tokens = generated * (1 + live.ppo_epochs)  # generated once, trained ppo_epochs times
         metrics.update(sm.system_metrics(self.clock.take_durations(), state.size, tokens, wall))
+        metrics.update(self.memory.step_metrics())
         metrics.update(sm.cost_metrics(generated, live.ppo_epochs, int(state.batch.prompt_mask.sum()), wall,
                                        self.cfg.cost))
         return metrics
@@ -680,10 +667,12 @@ class Trainer:
     # ------------------------------------------------------------------ phase records
 
     def _phase_started(self, phase: str, step: int) -> None:
+        self.memory.phase_started()
         if self.telemetry is not None:
             self.telemetry.phase(step, phase, "started", progress=0.0)
 
     def _phase_ended(self, phase: str, step: int, duration: float, ok: bool) -> None:
+        self.memory.phase_ended(phase)
         if self.telemetry is not None:
             self.telemetry.phase(step, phase, "finished" if ok else "failed", duration_s=duration,
                                  progress=1.0 if ok else None)

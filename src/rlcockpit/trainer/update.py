@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -36,9 +36,11 @@ from torch import nn
 from rlcockpit.metrics.rl import entropy_from_logits, logprobs_from_logits
 from rlcockpit.trainer.config import TrainConfig
 from rlcockpit.trainer.controllers import Controllers
+from rlcockpit.trainer.devices import Placement, grad_scaler
 from rlcockpit.trainer.gradstats import GradStats
 from rlcockpit.trainer.live import LiveParams
 from rlcockpit.trainer.losses import entropy_bonus, kl_loss, kl_pull_share, policy_loss, value_loss
+from rlcockpit.trainer.memory import MicroBatches, update_mode
 from rlcockpit.trainer.optim import (
     GuardedOptimizer,
     StepGrads,
@@ -61,14 +63,22 @@ class Updater:
     """Owns the optimizers and the minibatch order generator; ``run`` performs one UPDATE phase."""
 
     def __init__(self, actor: nn.Module, critic: nn.Module | None, controllers: Controllers,
-                 cfg: TrainConfig, group: Group | None = None) -> None:
+                 cfg: TrainConfig, group: Group | None = None, place: Placement | None = None) -> None:
         self.actor, self.critic, self.controllers, self.cfg = actor, critic, controllers, cfg
         self.group = group if group is not None and group.distributed else None
+        self.place = place or Placement.cpu()
         world = self.group.world_size if self.group else 1
         self.minibatch_size = cfg.ppo.minibatch_size // world  # per rank; the global minibatch is the config's
-        self.actor_opt = GuardedOptimizer(actor, cfg.optim, cfg.optim.actor_lr, split_embedding=True, group=group)
+        self.actor_opt = GuardedOptimizer(actor, cfg.optim, cfg.optim.actor_lr, split_embedding=True, group=group,
+                                          scaler=grad_scaler(self.place))
         self.critic_opt = (GuardedOptimizer(critic, cfg.optim, cfg.optim.critic_lr, split_embedding=False,
-                                            group=group) if critic is not None else None)
+                                            group=group, scaler=grad_scaler(self.place))
+                           if critic is not None else None)
+        m = cfg.model
+        self.micro = MicroBatches(m.micro_batch_size, self.place.device, getattr(actor, "config", None),
+                                  m.gradient_checkpointing, self.place.dtype.itemsize)
+        # checkpointed blocks and LoRA's dropout act only in train mode (trainer/memory.py)
+        self.train_mode = m.gradient_checkpointing or (m.lora.r > 0 and m.lora.dropout > 0)
         self.generator = torch.Generator().manual_seed(group.seed(cfg.seed + 1) if group else cfg.seed + 1)
         self.local_grad_norm = math.nan  # data parallel: mean over the step of this rank's pre-reduce actor norm
         # gradient ring buffer for diagnostic snapshots (one number per layer per minibatch)
@@ -89,16 +99,8 @@ class Updater:
         critic_before = flat_params(self.critic) if self.critic is not None else None
         if self.gradstats is not None:
             self.gradstats.begin_step()
-        local_norms: list[float] = []
-        for epoch in range(live.ppo_epochs):
-            b_inds = torch.randperm(state.size, generator=self.generator)
-            for mb_inds in b_inds.split(self.minibatch_size):
-                share = self._token_share(state.update_mask[mb_inds])
-                local_norms.append(self._policy_step(state, mb_inds, live, stats, share, first_epoch=epoch == 0))
-                if self.critic_opt is not None:
-                    self._value_step(state, mb_inds, live, stats, share)
-            if on_epoch is not None:
-                on_epoch(epoch + 1, live.ppo_epochs)
+        with update_mode([self.actor, self.critic], self.train_mode):
+            local_norms = self._epochs(state, live, stats, on_epoch)
         if self.gradstats is not None:
             self.gradstats.end_step(state.step)
         out = stats.reduce()
@@ -111,6 +113,36 @@ class Updater:
             out["update/ratio/critic"] = update_ratio(critic_before, self.critic)  # type: ignore[arg-type]
         self._move_controllers(state, out)
         return out
+
+    def _epochs(self, state: StepState, live: LiveParams, stats: MinibatchStats,
+                on_epoch: Callable[[int, int], None] | None) -> list[float]:
+        local_norms: list[float] = []
+        for epoch in range(live.ppo_epochs):
+            b_inds = torch.randperm(state.size, generator=self.generator)
+            for mb_inds in b_inds.split(self.minibatch_size):
+                share = self._token_share(state.update_mask[mb_inds])
+                local_norms.append(self._policy_step(state, mb_inds, live, stats, share, first_epoch=epoch == 0))
+                if self.critic_opt is not None:
+                    self._value_step(state, mb_inds, live, stats, share)
+            if on_epoch is not None:
+                on_epoch(epoch + 1, live.ppo_epochs)
+        return local_norms
+
+    def _micro(self, state: StepState, mb_inds: torch.Tensor, body: Callable[[torch.Tensor, float], Any],
+               opt: GuardedOptimizer) -> list[Any]:
+        """``body(micro_inds, weight)`` per micro-batch (trainer/memory.py): ``weight`` is the micro-batch's
+        share of the minibatch's tokens, so the accumulated gradient is the minibatch token mean's."""
+        total = float(state.update_mask[mb_inds].sum())
+        n = len(mb_inds)
+
+        def weighted(micro: torch.Tensor) -> Any:
+            w = float(state.update_mask[micro].sum()) / total if total > 0 else len(micro) / n
+            return body(micro, w)
+
+        opt.zero_grad()
+        return self.micro.run(mb_inds, weighted, phase="UPDATE", step=state.step, reset=opt.zero_grad,
+                              seq_len=state.batch.prompt_width + state.batch.response_ids.shape[1],
+                              response_len=state.batch.response_ids.shape[1])
 
     def _token_share(self, mb_mask: torch.Tensor) -> float | None:
         """Data parallel: world_size x this rank's share of the global minibatch's tokens (the loss
@@ -137,58 +169,81 @@ class Updater:
 
     def _policy_step(self, state: StepState, mb_inds: torch.Tensor, live: LiveParams, stats: MinibatchStats,
                      share: float | None = None, *, first_epoch: bool) -> float:
-        """Clipped surrogate + entropy bonus (+ GRPO's KL-to-reference term); one guarded actor step.
-        ``share``: the data-parallel loss scale (:meth:`_token_share`). Returns this rank's gradient
-        norm before the reduction (NaN for one process)."""
-        mb = state.batch.select(mb_inds)
-        mb_mask = state.update_mask[mb_inds]
-        logits = response_logits(self.actor, mb, live.temperature)
-        newlogprob = logprobs_from_logits(logits, mb.response_ids)
-        pg_loss, pg_stats = policy_loss(newlogprob, state.old_logprobs[mb_inds], state.advantages[mb_inds],
-                                        mb_mask, state.clip_eps)
+        """Clipped surrogate + entropy bonus (+ GRPO's KL-to-reference term), accumulated over the
+        micro-batches; one guarded actor step. ``share``: the data-parallel loss scale
+        (:meth:`_token_share`). Returns this rank's gradient norm before the reduction (NaN for one process)."""
+        parts = self._micro(state, mb_inds, lambda micro, w: self._policy_loss(state, micro, live, share, w),
+                            self.actor_opt)
+        grads = self.actor_opt.finish(live.grad_clip_actor, live.grad_clip_embedding, ok=all(p["ok"] for p in parts))
+        if self.gradstats is not None:
+            self.gradstats.after_actor(grads)
+        merged = _merge(parts)
+        for name in ("policy/loss", "policy/clip_frac", "policy/ratio_mean", "policy/approx_kl"):
+            stats.add(name, merged[name])
+        stats.add("policy/ratio_max", merged["policy/ratio_max"], reduce="max")
+        if "kl/pull_share" in merged:
+            stats.add("kl/pull_share", merged["kl/pull_share"])
+        if first_epoch:  # the entropy of the rollout policy, not of the policy being updated
+            stats.add("policy/entropy", merged["policy/entropy"])
+        stats.add_grads(grads, "actor", layers=True)
+        return grads.local
+
+    def _policy_loss(self, state: StepState, micro: torch.Tensor, live: LiveParams, share: float | None,
+                     weight: float) -> dict[str, Any]:
+        """One micro-batch's policy loss, backward (weighted by its token share); its statistics."""
+        put = self.place.put
+        mb = state.batch.select(micro)
+        mb_mask = put(state.update_mask[micro])
+        logits = response_logits(self.actor, mb, live.temperature, self.place)
+        newlogprob = logprobs_from_logits(logits, put(mb.response_ids))
+        advantages = put(state.advantages[micro])
+        pg_loss, pg_stats = policy_loss(newlogprob, put(state.old_logprobs[micro]), advantages, mb_mask,
+                                        state.clip_eps)
         with torch.set_grad_enabled(live.entropy_coef > 0):  # only differentiate the bonus when used
             entropy_loss = entropy_bonus(entropy_from_logits(logits), mb_mask)
         loss = pg_loss
         if live.entropy_coef > 0:
             loss = loss - live.entropy_coef * entropy_loss
+        out: dict[str, Any] = {"weight": weight}
         if self.cfg.algo == "grpo" and state.kl_coef > 0:  # GRPO: KL to the reference is a loss term
-            loss = loss + state.kl_coef * kl_loss(newlogprob, state.ref_logprobs[mb_inds], mb_mask,
-                                                  self.cfg.kl.estimator)
-            pull = kl_pull_share(newlogprob, state.ref_logprobs[mb_inds], state.advantages[mb_inds], mb_mask,
-                                 state.kl_coef, self.cfg.kl.estimator)
+            ref = put(state.ref_logprobs[micro])
+            loss = loss + state.kl_coef * kl_loss(newlogprob, ref, mb_mask, self.cfg.kl.estimator)
+            pull = kl_pull_share(newlogprob, ref, advantages, mb_mask, state.kl_coef, self.cfg.kl.estimator)
             if pull is not None:
-                stats.add("kl/pull_share", pull)
+                out["kl/pull_share"] = pull
         if share is not None:
             loss = loss * share
-        grads = self.actor_opt.step(loss, live.grad_clip_actor, live.grad_clip_embedding)
-        if self.gradstats is not None:
-            self.gradstats.after_actor(grads)
-        stats.add("policy/loss", float(pg_loss.detach()))
-        stats.add("policy/clip_frac", pg_stats["clip_frac"])
-        stats.add("policy/ratio_mean", pg_stats["ratio_mean"])
-        stats.add("policy/ratio_max", pg_stats["ratio_max"], reduce="max")
-        stats.add("policy/approx_kl", pg_stats["approx_kl"])
-        if first_epoch:  # the entropy of the rollout policy, not of the policy being updated
-            stats.add("policy/entropy", float(entropy_loss.detach()))
-        stats.add_grads(grads, "actor", layers=True)
-        return grads.local
+        out["ok"] = self.actor_opt.backward(loss * weight if weight != 1.0 else loss)
+        out.update({"policy/loss": float(pg_loss.detach()), "policy/clip_frac": pg_stats["clip_frac"],
+                    "policy/ratio_mean": pg_stats["ratio_mean"], "policy/ratio_max": pg_stats["ratio_max"],
+                    "policy/approx_kl": pg_stats["approx_kl"], "policy/entropy": float(entropy_loss.detach())})
+        return out
 
     def _value_step(self, state: StepState, mb_inds: torch.Tensor, live: LiveParams,
                     stats: MinibatchStats, share: float | None = None) -> None:
-        """Clipped value loss on the separate critic; one guarded critic step on vf_coef * v_loss."""
-        mb = state.batch.select(mb_inds)
-        mb_mask = state.update_mask[mb_inds]
-        newvalue = response_values(self.critic, mb)  # type: ignore[arg-type]
-        clip = live.value_clip if live.value_clip > 0 else None
-        v_loss, v_clipfrac = value_loss(newvalue, state.values[mb_inds], state.value_targets[mb_inds], mb_mask,
-                                        clip)
-        scaled = self.cfg.ppo.vf_coef * v_loss if share is None else self.cfg.ppo.vf_coef * v_loss * share
-        grads = self.critic_opt.step(scaled, live.grad_clip_critic, 0.0)  # type: ignore[union-attr]
+        """Clipped value loss on the separate critic, accumulated over the micro-batches; one guarded
+        critic step on vf_coef * v_loss."""
+        parts = self._micro(state, mb_inds, lambda micro, w: self._value_loss(state, micro, live, share, w),
+                            self.critic_opt)  # type: ignore[arg-type]
+        grads = self.critic_opt.finish(live.grad_clip_critic, 0.0, ok=all(p["ok"] for p in parts))  # type: ignore[union-attr]
         if self.gradstats is not None:
             self.gradstats.after_critic(grads)
-        stats.add("value/loss", float(v_loss.detach()))
-        stats.add("value/clip_frac", v_clipfrac)
+        merged = _merge(parts)
+        stats.add("value/loss", merged["value/loss"])
+        stats.add("value/clip_frac", merged["value/clip_frac"])
         stats.add_grads(grads, "critic", layers=False)
+
+    def _value_loss(self, state: StepState, micro: torch.Tensor, live: LiveParams, share: float | None,
+                    weight: float) -> dict[str, Any]:
+        put = self.place.put
+        mb = state.batch.select(micro)
+        newvalue = response_values(self.critic, mb, self.place)  # type: ignore[arg-type]
+        clip = live.value_clip if live.value_clip > 0 else None
+        v_loss, v_clipfrac = value_loss(newvalue, put(state.values[micro]), put(state.value_targets[micro]),
+                                        put(state.update_mask[micro]), clip)
+        scaled = self.cfg.ppo.vf_coef * v_loss if share is None else self.cfg.ppo.vf_coef * v_loss * share
+        ok = self.critic_opt.backward(scaled * weight if weight != 1.0 else scaled)  # type: ignore[union-attr]
+        return {"weight": weight, "ok": ok, "value/loss": float(v_loss.detach()), "value/clip_frac": v_clipfrac}
 
     def _set_lrs(self, step: int, live: LiveParams) -> None:
         """This step's learning rates: the live peak x warm-up x schedule."""
@@ -208,6 +263,23 @@ class Updater:
         self.controllers.kl.update(kl_mean, n)
         if self.controllers.clip is not None:
             self.controllers.clip.update(stats.get("policy/entropy", math.nan))
+
+
+def _merge(parts: list[dict[str, Any]]) -> dict[str, float]:
+    """One minibatch's statistics from its micro-batches': token-weighted means (their ``weight``s sum
+    to 1), the max for ``policy/ratio_max``; one micro-batch gives its own numbers unchanged."""
+    if len(parts) == 1:
+        return {k: v for k, v in parts[0].items() if k not in ("weight", "ok")}
+    out: dict[str, float] = {}
+    names = {k for p in parts for k in p} - {"weight", "ok"}
+    for name in names:
+        pairs = [(p["weight"], p[name]) for p in parts if name in p and math.isfinite(p[name])]
+        if name == "policy/ratio_max":
+            out[name] = max((v for _, v in pairs), default=math.nan)
+            continue
+        w = sum(w for w, _ in pairs)
+        out[name] = sum(w_i * v for w_i, v in pairs) / w if w > 0 else math.nan
+    return out
 
 
 class MinibatchStats:

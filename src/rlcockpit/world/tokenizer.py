@@ -82,5 +82,26 @@ def load_tokenizer(path: Path | str | None = None) -> PreTrainedTokenizerFast:
     return wrap(Tokenizer.from_file(str(file)))
 
 
-__all__ = ["EOS_TOKEN", "PAD_TOKEN", "TOKENIZER_FILE", "VOCAB_SIZE", "load_tokenizer",
-           "train_tokenizer", "wrap"]
+# ChatML, as Qwen2 instruct models write it: each turn is <|im_start|>role\ncontent<|im_end|>\n
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def chat_tokenizer(path: Path | str | None = None, max_length: int = 4096) -> PreTrainedTokenizerFast:
+    """The tiny world's tokenizer as an instruct model's: ChatML turn markers added as special tokens,
+    a chat template, ``<|im_end|>`` as EOS (the end of an assistant turn), ``<|endoftext|>`` as pad,
+    left padding. Real architectures (Llama, Qwen2, GPT-2) built with random weights in the tests and
+    benchmarks/gpu_smoke.py use it, so chat templates and EOS handling run offline."""
+    tok = load_tokenizer(path)
+    tok.add_special_tokens({"additional_special_tokens": [IM_START, IM_END]})
+    tok.eos_token, tok.pad_token = IM_END, EOS_TOKEN
+    tok.chat_template = CHATML_TEMPLATE
+    tok.model_max_length = max_length
+    return tok
+
+
+__all__ = ["CHATML_TEMPLATE", "EOS_TOKEN", "IM_END", "IM_START", "PAD_TOKEN", "TOKENIZER_FILE", "VOCAB_SIZE",
+           "chat_tokenizer", "load_tokenizer", "train_tokenizer", "wrap"]
