@@ -24,7 +24,7 @@ SLOW_MODULES = frozenset({
     "test_loop_control", "test_server_benchmark", "test_server_schemathesis", "test_store_clickhouse",
     "test_telemetry_kill", "test_trainer_diagnostics", "test_trainer_live", "test_trainer_models",
     "test_trainer_resume", "test_trainer_rewards", "test_trainer_smoke", "test_trl", "test_world_sft",
-    "test_trainer_lease", "test_run_lease",
+    "test_trainer_lease", "test_run_lease", "test_trl_reference", "test_verl_backend", "test_follow_survives", "test_wrap",
     "test_world_cli", "test_ops_trainer", "test_reward_model_run", "test_trainer_distributed",
 })
 SLOW_BACKENDS = frozenset({"chdb"})  # the store contract runs on SQLite in the fast tier

@@ -97,6 +97,7 @@ class RlcockpitCallback(TrainerCallback):
         self._worker: ThreadPoolExecutor | None = None
         self._diagnosing: deque[tuple[int, list[Any], Future]] = deque()  # (step, samples, findings), oldest first
         self._ended = False
+        self._sync_every = 0.0  # TRL sync_ref_model: the reference is mixed with the actor every N steps
 
     # ------------------------------------------------------------------ start
 
@@ -130,6 +131,8 @@ class RlcockpitCallback(TrainerCallback):
                 self._worker = ThreadPoolExecutor(1, thread_name_prefix="rlcockpit-diagnose")
         if trainer is not None and hasattr(trainer, "_generate_and_score_completions"):
             self._capture_completions(trainer)
+        if getattr(args, "sync_ref_model", False):
+            self._sync_every = float(getattr(args, "ref_model_sync_steps", 0) or 0)
         to_catalog("rlcockpit/set-up", self.source)  # loads the alias tables and the catalog now, not in step 1
         self.run.event(state.global_step, "trl_attached", {"trainer": algo, "source": self.source})
 
@@ -207,7 +210,9 @@ class RlcockpitCallback(TrainerCallback):
             out[SEQUENCE_KL] = out[TOKEN_KL] * out[LENGTH_MEAN]  # the KL detectors read the per-sequence KL
         trainer = self.trainer
         if trainer is not None and getattr(trainer, "beta", None) is not None:
-            out.setdefault("kl/coef", float(trainer.beta))
+            out.setdefault("kl/coef", float(trainer.beta))  # beta 0 and no KL: "no reference" to the KL detectors
+        if self._sync_every:
+            out.setdefault("kl/ref_sync_every", self._sync_every)  # an intended reference update (kl_zero)
         if trainer is not None and getattr(trainer, "epsilon_low", None) is not None:
             out.setdefault("policy/clip_eps", float(trainer.epsilon_low))
         return out
@@ -328,4 +333,9 @@ def _config_of(args: Any, algo: str) -> dict[str, Any]:
         values = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     safe = {k: v for k, v in values.items() if isinstance(v, (str, int, float, bool, type(None)))
             and not (isinstance(v, float) and not math.isfinite(v))}
-    return {"trl": {"trainer": algo, "version": trl.__version__, "args": safe}}
+    beta = getattr(args, "beta", None)
+    reference = {"reference_model": beta is None or float(beta) != 0.0,  # GRPO / RLOO with beta 0 load none
+                 "sync_ref_model": bool(getattr(args, "sync_ref_model", False)),
+                 "ref_model_sync_steps": getattr(args, "ref_model_sync_steps", None),
+                 "ref_model_mixup_alpha": getattr(args, "ref_model_mixup_alpha", None)}
+    return {"trl": {"trainer": algo, "version": trl.__version__, "args": safe, "reference": reference}}
