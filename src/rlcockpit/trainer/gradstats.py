@@ -10,7 +10,8 @@ construction — one number per layer group per minibatch, never per parameter:
   optimizer applied (after clipping), averaged over the step's minibatches → the heatmap;
 - ``head_rows``: 16 seeded coordinates of the policy head's gradient (``lm_head``; with tied
   embeddings that is the token embedding's gradient) and 16 of the critic's value head, one row per
-  minibatch (the last 64) → their covariance.
+  minibatch (the last 64) → their covariance. With LoRA the layer groups hold the adapters (the
+  parameters that train) and the policy coordinates come from the last adapter matrix.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ class GradStats:
                    layers: dict[str, list[nn.Parameter]], seed: int = 0) -> GradStats:
         out_emb = actor.get_output_embeddings() if hasattr(actor, "get_output_embeddings") else None
         policy_head = getattr(out_emb, "weight", None)
+        if policy_head is None or not policy_head.requires_grad:  # LoRA: the head is frozen, read the last adapter
+            adapters = [p for p in actor.parameters() if p.requires_grad and p.ndim == 2]
+            policy_head = adapters[-1] if adapters else None
         value_head = getattr(getattr(critic, "value_head", None), "weight", None)
         return cls(layers, policy_head, value_head, seed=seed)
 
