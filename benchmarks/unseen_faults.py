@@ -11,8 +11,9 @@ catalog. These are made the way an outsider makes them — config overrides and 
 - ``entropy_bonus``: ``ppo.entropy_coef=1.0`` — an entropy bonus far too large, damage that builds.
 
 Each runs tiny-world PPO (examples/ppo_tiny.yaml) for ``--steps`` steps per seed next to a
-healthy twin (same seed, no override), then ``rlcockpit doctor --json`` replays every run with the
-default diagnostics. A fault is *caught* when a finding at orange or worse, raised or escalated,
+healthy twin (same seed, no override), with the live diagnostics off (a red finding would pause
+the run for a person), then ``rlcockpit doctor --json`` replays every run with the default
+diagnostics, as the live engine would have seen it. A fault is *caught* when a finding at orange or worse, raised or escalated,
 whose (detector, key) the twin does not raise, lies within 20 steps of its onset. The twins must
 stay at 0 red or black and report their orange count. Thresholds are not tuned here: the script
 only measures; seeds 700+ were never used to tune (the classes were: say so beside the number).
@@ -71,6 +72,9 @@ def train(name: str, seed: int, steps: int, overrides: tuple[str, ...], out: Pat
     cmd = [sys.executable, "-m", "rlcockpit", "train", "--config", str(CONFIG),
            "--store", f"sqlite:///{db}", f"train.steps={steps}", f"seed={seed}",
            f"name={name}", "eval.every=0", "checkpoint.every=100000",
+           # detection is scored offline (doctor replays the stored run, as live would): a red
+           # finding must not pause the run waiting for a person
+           "diagnostics.enabled=false",
            f"checkpoint.dir={out / 'checkpoints'}", *overrides]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if proc.returncode not in (0, 2):
