@@ -233,7 +233,7 @@ async def _clients(url: str, run: str, n: int, seconds: float, refresh_s: float)
     import httpx
 
     stats = {"requests": 0, "errors": 0, "streams": 0, "stream_messages": 0, "latencies": [],
-             "errors_by": {}, "slowest_by_route": {}}
+             "errors_by": {}, "slowest_by_route": {}, "retried": 0}
     # idle connections are dropped after 4 s, before uvicorn closes them (keep-alive 5 s): reusing
     # one the server is closing made a rare ReadError that is the pool's race, not the server's
     limits = httpx.Limits(max_connections=4 * n, max_keepalive_connections=4 * n, keepalive_expiry=4.0)
@@ -252,7 +252,7 @@ async def _one_client(http, run: str, stop: float, refresh_s: float, stats: dict
                      f"/api/runs/{run}/phases", f"/api/runs/{run}"):
             t0 = time.monotonic()
             try:
-                resp = await http.get(path)
+                resp = await _get(http, path, stats)
                 status = f"{resp.status_code} {resp.json()['error']['code']}" if resp.status_code != 200 else "200"
             except Exception as exc:  # a failed request is counted, the client goes on
                 status = type(exc).__name__
@@ -268,6 +268,19 @@ async def _one_client(http, run: str, stop: float, refresh_s: float, stats: dict
                 stats["errors_by"][key] = stats["errors_by"].get(key, 0) + 1
         await asyncio.sleep(max(0.0, refresh_s - (time.monotonic() - started)))
     stream.cancel()
+
+
+async def _get(http, path: str, stats: dict):
+    """GET once more when a kept-alive connection was closed under the request (as a browser
+    retries an idempotent request then); counted in ``stats["retried"]``, and an error if the
+    retry fails too."""
+    import httpx
+
+    try:
+        return await http.get(path)
+    except (httpx.ReadError, httpx.RemoteProtocolError):
+        stats["retried"] += 1
+        return await http.get(path)
 
 
 async def _stream(http, run: str, stop: float, stats: dict) -> None:
