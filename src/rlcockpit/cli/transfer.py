@@ -16,10 +16,10 @@ from rlcockpit.errors import ConfigError
 from rlcockpit.integrations.aliases import SOURCES as IMPORT_SOURCES
 from rlcockpit.integrations.export import FORMATS as EXPORT_FORMATS
 from rlcockpit.integrations.export import WHATS as EXPORT_WHATS
-from rlcockpit.integrations.importers import CONSOLE_FORMATS
 from rlcockpit.integrations.importers import FORMATS as IMPORT_FORMATS
 
-CONSOLE_AND_DATABASE_FORMATS = (*CONSOLE_FORMATS, "wandb-csv", "trackio")  # not followed live
+# not followed live (console-dicts is: OpenRLHF's "Global step" lines, printed Trainer dicts)
+CONSOLE_AND_DATABASE_FORMATS = ("deepspeed-chat", "console-kv", "wandb-csv", "trackio")
 
 EXPORT_EPILOG = """examples:
   rlcockpit export --store sqlite:///rlcockpit.db --run RUN --what metrics --format jsonl

@@ -32,6 +32,7 @@ from typing import Any
 
 from rlcockpit.errors import ConfigError, ImportFormatError
 from rlcockpit.integrations.follow_sources import Naming, Numbering, Update, open_source
+from rlcockpit.integrations.follow_text import Overlap
 from rlcockpit.integrations.importers import (
     FORMATS,
     _is_candidate,
@@ -41,7 +42,8 @@ from rlcockpit.integrations.importers import (
 )
 from rlcockpit.records import SampleRecord
 
-NOT_FOLLOWED = ("console-dicts", "deepspeed-chat", "console-kv", "wandb-csv", "trackio")  # import only
+NOT_FOLLOWED = ("deepspeed-chat", "console-kv", "wandb-csv", "trackio")  # import only
+TEXT_SNIFF_LIMIT = 1 << 20  # a console log still without a record at this size is not followed
 
 log = logging.getLogger("rlcockpit.integrations.follow")
 STATE_VERSION = 1
@@ -73,6 +75,8 @@ class Follower:
         self.file_states: dict[str, dict[str, Any]] = dict(state.get("files", {}))
         self.ignored: dict[str, str] = dict(state.get("ignored", {}))
         self.numbering = Numbering.from_state(state.get("numbering"))
+        self.overlap = Overlap(state.get("overlap"))  # TRL completion tables that repeat rows
+        self._undetected: dict[str, int] = {}  # console logs without a record yet -> size when looked at
         self.records = int(state.get("records", 0))
         self.bad = int(state.get("bad", 0))
         self.last_record_at = time.monotonic()
@@ -143,7 +147,7 @@ class Follower:
         if fmt is None:
             return None
         try:
-            source = open_source(path, fmt, self.naming, state, self.numbering)
+            source = open_source(path, fmt, self.naming, state, self.numbering, self.overlap)
         except ImportFormatError as exc:
             return self._ignore(path, exc.message)
         self.files[key] = source
@@ -155,11 +159,17 @@ class Follower:
             return self.fmt  # named on the command line with --format: taken as it is, like `import`
         if path.suffix not in (".parquet",) and "tfevents" not in path.name and not _has_line(path):
             return None
+        size = path.stat().st_size
+        if self._undetected.get(str(path)) == size:
+            return None  # a console log that has not grown since it was looked at
         try:
             fmt = detect_format(path, self.naming.step_key)
         except ImportFormatError as exc:
             if path.suffix == ".parquet" and time.time() - path.stat().st_mtime < 10:
                 return None  # a Parquet file is unreadable until its footer is written
+            if path.suffix not in (".jsonl", ".json", ".parquet") and size < TEXT_SNIFF_LIMIT:
+                self._undetected[str(path)] = size  # a console log before its first record: look again
+                return None
             return self._ignore(path, exc.message)
         if self.fmt is not None and fmt != self.fmt:
             return self._ignore(path, f"is {fmt}, not {self.fmt}")
@@ -230,6 +240,7 @@ class Follower:
             self.file_states[key] = source.state()
         state = {"version": STATE_VERSION, "run_id": self.run.run_id, "roots": [str(r) for r in self.roots],
                  "files": self.file_states, "ignored": self.ignored, "numbering": self.numbering.state(),
+                 "overlap": self.overlap.state(),
                  "records": self.records, "bad": self.bad, "observed": self._observed, "saved_at": time.time()}
         save_state(self.state_path, state)
 

@@ -20,7 +20,9 @@ from typing import Any
 
 from rlcockpit.errors import ImportFormatError
 from rlcockpit.integrations.aliases import UNKNOWN_SOURCE, detect_source, rename_keys
+from rlcockpit.integrations.follow_text import Overlap, console_sample, sample_of, text_samples
 from rlcockpit.integrations.importers import (
+    console_dicts,
     jsonl_logger,
     rlcockpit_files,
     trl_completions,
@@ -35,10 +37,12 @@ from rlcockpit.integrations.importers._base import (
     as_number,
     as_step,
     fail,
+    metric_value,
     prompt_id,
 )
+from rlcockpit.integrations.importers._text import clean_line
 from rlcockpit.integrations.tail import LineTail, RecordTail
-from rlcockpit.records import SampleRecord, decode_float
+from rlcockpit.records import SampleRecord
 
 log = logging.getLogger("rlcockpit.integrations.follow")
 KEPT_NUMBERING_STEPS = 16  # sample numbering kept for the newest steps only (a step's rollout is recent)
@@ -118,13 +122,14 @@ class JsonLinesSource:
 
     def __init__(self, path: Path, fmt: str, naming: Naming, state: Mapping[str, Any]) -> None:
         self.path, self.fmt, self.naming = path, fmt, naming
-        self.tail = LineTail(path, state.get("offset", 0), state.get("lines", 0))
+        self.tail = LineTail(path, state.get("offset", 0), state.get("lines", 0), inode=state.get("inode"),
+                             head=state.get("head", ""))
         self.alias_source: str | None = state.get("source")
         self.kind: str | None = state.get("kind")
         self.numbering = Numbering.from_state(state.get("numbering"))
 
     def state(self) -> dict[str, Any]:
-        return {"format": self.fmt, "offset": self.tail.offset, "lines": self.tail.lines,
+        return {"format": self.fmt, **self.tail.identity(), "lines": self.tail.lines,
                 "source": self.alias_source, "kind": self.kind, "numbering": self.numbering.state()}
 
     def read(self) -> Update:
@@ -136,7 +141,7 @@ class JsonLinesSource:
                 if not isinstance(obj, dict):
                     raise fail(self.path, where, "is not a JSON object", "Each line must be one JSON object")
                 self._decode(obj, where, update)
-            except (ValueError, ImportFormatError) as exc:
+            except (ValueError, OverflowError, ImportFormatError) as exc:
                 update.bad += 1
                 log.warning("follow: skipped %s %s: %s", self.path, where, getattr(exc, "message", exc))
         return update
@@ -144,7 +149,11 @@ class JsonLinesSource:
     def _decode(self, obj: dict[str, Any], where: str, update: Update) -> None:
         if self.fmt == "jsonl-logger":
             step, raw, _ = jsonl_logger._split_line(obj, self.path, where, self.naming.step_key)
-            values = {k: v for k, v in ((k, decode_float(v)) for k, v in raw.items()) if v is not None}
+            values = {}  # an integer beyond the float range fails the line (metric_value), as in `import`
+            for key, value in raw.items():
+                number = metric_value(value, self.path, where, key)
+                if number is not None:
+                    values[key] = number
             if self.alias_source is None:
                 self.alias_source = self.naming.source_of(values)
             update.add_metrics(step, self.naming.rename(values, self.alias_source))
@@ -164,16 +173,61 @@ class JsonLinesSource:
                            "or samples")
 
 
+class ConsoleSource:
+    """Console logs of printed dicts (``console-dicts``): OpenRLHF's ``✨ Global step N: {...}``
+    lines (and its ``Sample: [text, reward]`` line, the step's one sample), the Hugging Face
+    Trainer's printed dicts (numbered by their order when they hold no step, across restarts)."""
+
+    def __init__(self, path: Path, fmt: str, naming: Naming, state: Mapping[str, Any]) -> None:
+        self.path, self.fmt, self.naming = path, fmt, naming
+        self.tail = LineTail(path, state.get("offset", 0), state.get("lines", 0), inode=state.get("inode"),
+                             head=state.get("head", ""), json_tail=False)
+        self.alias_source: str | None = state.get("source")
+        self.last_step = int(state.get("last_step", 0))
+        self._sample: tuple[str, float] | None = None  # printed before its step's line
+
+    def state(self) -> dict[str, Any]:
+        return {"format": self.fmt, **self.tail.identity(), "lines": self.tail.lines, "source": self.alias_source,
+                "last_step": self.last_step}
+
+    def read(self) -> Update:
+        update = Update()
+        reader = console_dicts._Reader(self.path, self.naming.step_key)
+        reader.last_step = self.last_step
+        for number, raw in self.tail.read():
+            for text in clean_line(raw):
+                sample = console_sample(text)
+                if sample is not None:
+                    self._sample = sample
+                    continue
+                before = reader.records
+                try:
+                    reader.line(number, text)
+                except ImportFormatError as exc:
+                    update.bad += 1
+                    log.warning("follow: skipped %s line %d: %s", self.path, number, exc.message)
+                if reader.records > before and self._sample is not None:
+                    update.add_sample(sample_of(reader.last_step, *self._sample))
+                    self._sample = None
+        self.last_step = reader.last_step
+        for step, row in sorted(reader.rows.items()):
+            values = {key: value for key, (value, _) in row.items()}
+            if self.alias_source is None:
+                self.alias_source = self.naming.source_of([*values, *reader.seen])
+            update.add_metrics(step, self.naming.rename(values, self.alias_source))
+        return update
+
+
 class EventFileSource:
     """TensorBoard event files: scalar summaries and scalar tensors, as the importer reads them."""
 
     def __init__(self, path: Path, fmt: str, naming: Naming, state: Mapping[str, Any]) -> None:
         self.path, self.fmt, self.naming = path, fmt, naming
-        self.tail = RecordTail(path, state.get("offset", 0))
+        self.tail = RecordTail(path, state.get("offset", 0), inode=state.get("inode"), head=state.get("head", ""))
         self.alias_source: str | None = state.get("source")
 
     def state(self) -> dict[str, Any]:
-        return {"format": self.fmt, "offset": self.tail.offset, "source": self.alias_source}
+        return {"format": self.fmt, **self.tail.identity(), "source": self.alias_source}
 
     def read(self) -> Update:
         from tensorboard.compat.proto import event_pb2
@@ -193,6 +247,8 @@ class EventFileSource:
                 continue
             for tag, value in _scalars(event):
                 rows.setdefault(int(event.step), {})[tag] = value
+            for sample in text_samples(event):  # OpenRLHF's train/generated_samples
+                update.add_sample(sample)
         for step, values in sorted(rows.items()):
             if self.alias_source is None:
                 self.alias_source = self.naming.source_of(values)
@@ -222,10 +278,11 @@ class WholeFileSource:
     when readable; one that stays unreadable for ``settle_s`` after its last change is skipped."""
 
     def __init__(self, path: Path, fmt: str, naming: Naming, state: Mapping[str, Any],
-                 numbering: Numbering, settle_s: float = 10.0) -> None:
+                 numbering: Numbering, settle_s: float = 10.0, overlap: Overlap | None = None) -> None:
         self.path, self.fmt, self.naming, self.numbering = path, fmt, naming, numbering
         self.done = bool(state.get("done"))
         self.settle_s = settle_s
+        self.overlap = overlap  # TRL repeats the last completions of a table in the next one
 
     def state(self) -> dict[str, Any]:
         return {"format": self.fmt, "done": self.done}
@@ -248,7 +305,10 @@ class WholeFileSource:
         update = Update()
         for (step, name), (value, _) in parsed.metrics.items():
             update.add_metrics(step, {name: value})
-        for sample in parsed.samples:
+        samples = parsed.samples
+        if self.fmt == "trl-completions" and self.overlap is not None:
+            samples = self.overlap.new_rows(self.path.parent, samples)
+        for sample in samples:
             update.add_sample(sample)
         return update
 
@@ -260,11 +320,14 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def open_source(path: Path, fmt: str, naming: Naming, state: Mapping[str, Any], numbering: Numbering) -> Any:
+def open_source(path: Path, fmt: str, naming: Naming, state: Mapping[str, Any], numbering: Numbering,
+                overlap: Overlap | None = None) -> Any:
     if fmt == "tensorboard":
         return EventFileSource(path, fmt, naming, state)
+    if fmt == "console-dicts":
+        return ConsoleSource(path, fmt, naming, state)
     if path.suffix == ".parquet":
-        return WholeFileSource(path, fmt, naming, state, numbering)
+        return WholeFileSource(path, fmt, naming, state, numbering, overlap=overlap)
     if path.suffix == ".json":
         raise fail(path, "", "is a Trainer state file, rewritten whole at each checkpoint, not appended to",
                    "Follow the trainer's JSON Lines / TensorBoard log instead, or import the file when the run ends")

@@ -40,12 +40,17 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     try:
         with path.open(encoding="utf-8", errors="replace", newline="") as handle:
             for number, raw in enumerate(handle, start=1):
-                for part in raw.replace("\r\n", "\n").split("\r"):
-                    text = _ANSI.sub("", part).strip()
-                    if text:
-                        yield number, text
+                for text in clean_line(raw):
+                    yield number, text
     except OSError as exc:
         raise fail(path, "", f"cannot be read ({exc.strerror})", "Check the path and permissions") from exc
+
+
+def clean_line(raw: str) -> list[str]:
+    """The texts of one raw console line: colour codes removed, split at carriage returns (a
+    progress bar redrawing itself), blank parts left out."""
+    parts = (_ANSI.sub("", part).strip() for part in raw.replace("\r\n", "\n").split("\r"))
+    return [text for text in parts if text]
 
 
 def is_text_file(path: Path, probe: int = 4096) -> bool:
