@@ -16,7 +16,8 @@ from rlcockpit.errors import RlcockpitError
 # module name under rlcockpit.cli -> registers one or more sub-commands. Every module directly
 # under rlcockpit.cli is one of these (a test checks); their helpers live in rlcockpit.cli._support.
 COMMAND_MODULES = ("train", "demo", "world", "runs", "transfer", "doctor", "library", "snapshot",
-                   "faults", "serve", "users", "ticket", "training_commands", "audit", "store", "cost")
+                   "faults", "serve", "users", "ticket", "training_commands", "audit", "store", "cost",
+                   "wrap")
 
 
 def build_parser() -> argparse.ArgumentParser:
