@@ -202,3 +202,20 @@ def test_engine_runs_the_new_detectors_together_without_errors():
     for step, metrics in load_stream("healthy_ppo_s0"):
         engine.observe(step, metrics, wall_time=float(step))
     assert engine.errors == {}
+
+
+# ---------------------------------------------------------------------------- issue 26, point 1
+
+
+def test_every_builtin_detector_states_its_rule_for_practical_significance():
+    """Every detector's module docstring has a paragraph starting exactly with "Practical
+    significance:" (issue 26). Detectors registered by tests or plugins (defined outside
+    rlcockpit's detectors package) are not rlcockpit's to document."""
+    import sys
+
+    detectors = {name: cls for name, cls in registry.available().items()
+                 if cls.__module__.startswith("rlcockpit.diagnostics.detectors.")}
+    assert len(detectors) >= 35
+    missing = [name for name, cls in detectors.items()
+               if "\nPractical significance:" not in (sys.modules[cls.__module__].__doc__ or "")]
+    assert missing == []

@@ -19,14 +19,21 @@ minus the baseline's mean over the same steps, in units of the baseline's step-t
 reward model whose bias moved, or a reward scaled, moves it with no other sign.
 
 Default thresholds: from step ``recent`` on (5), with at least 5 baseline values in the window
-(± ``window`` = 10 steps). Yellow when a ratio is ≥ ``ratio_yellow`` = 3 beyond the baseline's
+(± ``window`` = 10 steps). Yellow when a ratio is ≥ ``ratio_yellow`` = 2 beyond the baseline's
 range (above its maximum or below its minimum), orange at ≥ ``ratio_orange`` = 10; reward mean
-yellow at a shift of ≥ ``shift_yellow`` = 8 noise units, orange at ≥ ``shift_orange`` = 20. Never
+yellow at a shift of ≥ ``shift_yellow`` = 5 noise units, orange at ≥ ``shift_orange`` = 20. Never
 red: a difference from another run is a reason to look, not to stop a run. Calibrated on the
 tiny world (docs/detection.md): healthy runs of seeds 100–104 against the healthy run of seed 0
 of the same config, 200 steps each — the seeds agree within ×1.5 on every ratio metric over the
 first 20 steps, while a learning rate ×3 from step 1 moves ``policy/approx_kl`` ×8, β = 10 moves
 the KL ×0.09, a temperature of 0.6 the entropy ×0.29, six PPO epochs ``policy/approx_kl`` ×28.
+
+Practical significance: never red — each finding is a difference from another run of the same
+recipe, a reason to look rather than a consequence in the metric's own units. Yellow at
+``ratio_yellow`` (2) × beyond the baseline's range or ``shift_yellow`` (5) noise units, orange at
+``ratio_orange`` (10) × or ``shift_orange`` (20) units. The reward shift is a z-score in the
+baseline's step noise: a noise of exactly 0 is not judged, but there is no floor above 0; a ratio
+needs a baseline bound above 0.
 
 Scale assumptions: none in absolute units — every threshold is a ratio to, or a shift in the noise
 of, the baseline run itself. The baseline must be the same recipe (model, data, batch size,

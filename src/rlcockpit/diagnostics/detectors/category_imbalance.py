@@ -24,6 +24,12 @@ the reference freezes while the condition holds (``rebase_after`` = 30 steps). C
 the healthy tiny-world runs the lowest z was −4.0 (GRPO: about 2 prompts per category per step),
 the lowest Welch z −2.7 (PPO, 8 prompts per category per step) and the lowest trend Z −3.3; the
 ``category_reward_drop`` fault (math −0.25 per step) is seen 3 steps after its onset.
+Practical significance: never red — one category falling while the others hold is a trade-off to
+read, not a ruined run: yellow, orange when the others clearly rise (median z ≥ 2) or the fall is
+deep (z ≤ −2 × ``z_drop``). The robust z's scale is floored at ``floor_frac`` (0.25) × the median
+``reward/std`` and the Welch z's standard deviations at twice that, so a category whose reward sat
+at exactly 0 does not make its first move extreme; without any ``reward/std`` logged the floor is
+only 1e-6 reward units (no guard).
 Scale assumptions: none in reward units — robust z-scores of each category against its own
 history (the scale floored at a fraction of the reward spread) and Welch z of the pooled samples.
 False positives: a category with very few prompts per step (its mean jumps with the draw); a

@@ -12,6 +12,11 @@ steps after the warm-up (``min_steps``, 20: the first updates barely move the po
 The healthy level depends on the setup — 0.2% (tiny PPO) to 1.2% (tiny GRPO) in the tiny world,
 0.2% on a verl 7 B PPO run, exactly 0 in single-epoch GRPO, where the ratio is 1 by construction
 — so no absolute floor holds at every scale (``low`` sets one; 0 = none, the default).
+Practical significance: the clip fraction is a share of tokens, so 0.3 and 0.4 mean the same at any
+model size: above 0.4 (10-step median) 40% of the tokens hit the trust-region boundary → orange;
+0.3–0.4, and a fall below 5% of the run's own level, are yellow (a timid run wastes compute, it
+breaks nothing). Never red. No z-score: the low bound is a ratio to the median of 20 steps after the
+warm-up, and a level of exactly 0 (single-epoch GRPO) gives a bound of 0.
 Scale assumptions: a fraction (dimensionless); the low bound relative to the run's own level.
 False positives: a run whose clip fraction falls because it converged with a lowered learning
 rate (the schedule's end).

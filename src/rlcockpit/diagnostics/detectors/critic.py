@@ -21,6 +21,11 @@ TRL PPO run's fragments 0–0.045; a critic learning rate × 10 puts 0.02–0.2 
 its value loss looks better than a healthy run's (the critic fits faster): the clip fraction is
 its only trace.
 GRPO and other critic-free runs log no value metrics: the detector reports "skipped".
+Practical significance: red on a non-finite value loss (wrong in any units) and on a divergence
+spike: robust z of log(loss) > 6 (its scale floored at 0.05 in log units) and the loss > 5× its
+window median (losses ≤ 0 are left out of the history, so exact zeros make no median). That spike is
+red on one step at 5×, without the persistence or the 100× typical magnitude ``gradients`` asks for
+red. Over-fit, shift and value clip are yellow: a poorly fitting critic slows learning.
 Scale assumptions: none in loss units — the value loss is judged in log space against its own
 window (robust z and a ratio to the median), over-fitting against the run's early baseline, the
 value shift in units of the advantage spread; the clip fraction is a fraction of the value

@@ -13,6 +13,11 @@ rate ≥ ``rep_min`` (0.2) and ≥ ``rep_rise`` (0.1) above the reference median
 ``z_rise`` (4; the scale never below ``rep_floor`` = 0.02); "ppl" when log(ppl) ≤ ``ppl_ratio``
 (0.3) × its reference median and the z ≤ −``z_rise``. Both reference windows freeze while the
 condition holds.
+Practical significance: never red; both keys are orange and stated in the text's own terms, at any
+vocabulary size: ≥ 20% of a response's 3-grams repeated and ≥ 0.1 more than before, or a mean
+log-perplexity ≤ 0.3 × its reference (ppl 15 → 2.3), each over a 3-step mean. The robust z has
+floors: the repetition scale is never below 0.02, the log-ppl scale never below 5% of its reference
+median, and a reference log-ppl ≤ 0 is not judged.
 Scale assumptions: the repetition rate is a share of the response (dimensionless) and its rise
 is a robust z against the run's own history; the 0.2 floor was checked on the tiny world only
 (no run of the real-run corpus logs a repetition rate); perplexity in log space, relative to the

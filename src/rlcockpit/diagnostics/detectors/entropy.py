@@ -15,6 +15,12 @@ Default thresholds: window 30 steps, k 5, baseline 10 steps; collapse > 60% drop
 004 (Qwen2.5-7B GRPO: 0.095 → 0.047 nats per token, a 50.3% drop at a level where the batch
 entropy swings 2× from step to step), while the real collapses fall by 99% (011: 0.21 → 2e-4)
 and 95% (017: 0.96 → 0.05), the entropy_collapse fault by 85%; blow-up > 3× baseline or > 0.5 × log V → orange (key "blowup").
+Practical significance: collapse is red beyond an 80% drop of the 5-step median from its starting
+level (the real collapses fall 95–99%, healthy runs at most ~50%): a drop relative to the run's own
+entropy, not an entropy ~0 in nats (that is ``levels``' ``entropy_zero``) and not held beyond the
+5-step median; 60–80% is orange. Blow-up (≥ 3× the early level or ≥ 0.5 × log V) is orange. No
+z-score; a start level ≤ 0 is not judged for collapse, but an early baseline of exactly 0 makes the
+blow-up ratio infinite (orange) — no guard.
 Scale assumptions: relative to the run's own early entropy, or normalised by log V — never in
 absolute nats (healthy per-token entropy: 0.2 on the tiny model, 0.03–0.5 on 3–9 B models; the
 real run 001's blow-up reached 6.4 nats = 0.53 × log 151,936, 21× its early level). An entropy

@@ -21,7 +21,7 @@ over layer groups > 10 for 3 steps → orange (key "layer"); loss explosion when
 is ≥ ``loss_ratio`` (10)× its typical magnitude and > 2× the largest |loss| of the window (key
 "loss"; real run 014: 0.2 → 1e4–1.3e8 from step ~410; healthy real runs stay within 5× their
 median).
-Practical significance (issue 26): "large" is measured against the run's *typical magnitude* —
+Practical significance: "large" is measured against the run's *typical magnitude* —
 the 0.9 quantile of |value| over the window (:func:`~rlcockpit.diagnostics.windows.typical_magnitude`)
 — never a z-score or a ratio to a near-zero median: a history with fewer than ``min_steps``
 non-zero values is no evidence (a LoRA GRPO loss that is exactly 0 on half its steps). Red needs a

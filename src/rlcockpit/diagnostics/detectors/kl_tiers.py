@@ -28,6 +28,12 @@ clean start; one numbered from 0 is not judged). Calibration: the tiny world's s
 the reference perturbed by 0.1 σ per tensor gives 0.48–1.23, by 0.3 σ 3.6–9.8 (seeds 100, 101, 400);
 the real runs' step-1 token means are |KL| ≤ 0.001 (006, 007, 013–016, 021) except the
 distillation-style runs 011, 012 and 023, whose reference differs by design.
+Practical significance: every tier is a ratio to the KL's target, or to the run's comfort level of
+at least 0.05 nats per token, so it means the same at any model size. Black is a KL far beyond its
+target (> 10× for 2 steps); red is > 2.5× held 3 steps in a row (persistence: the healthy runs'
+single spikes of 3–9× and two-step runs of ~4× stay below it); yellow > 1.5× for 3 steps, and the
+step-1 "start" check. No z-score: the comfort level is a median floored at 0.05 nats per token (or
+its MAD noise when larger), so a KL that starts near 0 is no "10× its target".
 Scale assumptions: none in nats — only ratios (the start check: nats per token of one token,
 a unit that does not grow with the response). Real-run corpus (docs/detection.md): TRL per-token
 KL medians 0.0003–0.054 on runs that look healthy (009 max 0.15 = 1.0× the floor); 008 climbs to

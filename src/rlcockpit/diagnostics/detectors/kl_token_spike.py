@@ -19,6 +19,11 @@ finding. Calibration (tests/fixtures/streams: 4 healthy runs × 120 steps, 10 fa
 GRPO runs routinely show single tokens at 20–48 nats (q90 9.7–10.3), at z ≤ 7.5 for the maximum
 and ≤ 2.0 for both together; the lr_spike fault's first spikes are at z 12 (maximum) and 8 (both);
 the other faults ≤ 3.4 (both).
+Practical significance: orange at most: a token the reference gives e^-10 of the actor's probability
+(> 10 nats, per token at any model size) far outside the run's own range is a batch worth reading,
+not a ruined run (healthy GRPO runs show single tokens at 20–48 nats). The robust z of the log has
+its scale floored at 0.1 in log units (10%) and needs 10 steps of history; values ≤ 0 are left out
+of it, so exact zeros make no history.
 Scale assumptions: per token (independent of length and model size); relative to the run's own
 token-KL range. Real runs: verl ``actor/token_kl/max`` 6.9–11.6 on run 023 (quiet).
 False positives: a new kind of prompt entering the data (its first tokens are far from the

@@ -16,6 +16,11 @@ orange when it rose by > 2.0 × the scale within the window. Measured on healthy
 (3 runs × 120 steps, target 1.0): the largest significant 30-step rise is 0.46–0.74 nats. A rise
 measured relative to the start level would flag every healthy start, where the KL grows from ~0
 (001 Q1: "rises slowly from 0, then settles").
+Practical significance: the rise is measured in units of the KL's target or comfort level (at least
+0.05 nats per token), so "a whole target within 30 steps" holds at any scale: yellow above 1 target,
+orange above 2; never red — a drift warns before ``kl_tiers`` judges the level. No z-score: a
+Mann–Kendall rank test with the rise in target units, so a KL growing from ~0 (a healthy start) is
+no relative explosion.
 Scale assumptions: none in nats (ratios to the target or comfort level, see kl_tiers).
 False positives: the settling phase of an adaptive controller after its target was raised; a KL
 target set far below the KL the task needs. Widen ``window`` to catch slower drifts.

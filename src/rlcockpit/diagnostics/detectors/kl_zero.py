@@ -17,6 +17,12 @@ median at least ``collapse`` (100) × the current |KL| and above ``floor`` (1e-3
 sequence, 10 × the zero bound), so the very start of a run (policy = reference, KL ~1e-6) does
 not fire, at any KL scale: the ref_synced_to_actor fault run seed 1 had a pre-onset median of
 0.007 — under the former absolute floor of 0.01 — and KL 1e-6 after.
+Practical significance: red, in the KL's own units: |KL| below its zero bound (1e-4 per sequence,
+1e-6 per token) and every token's KL < 1e-4 after a history whose median was ≥ 100× the current |KL|
+and above ``floor`` — the penalty is gone and, after a sync, the reference stays wrong for the rest
+of the run (the finding latches: an effect that persists). Without a token maximum it needs 3 zero
+steps in a row. No z-score: a history of exact zeros or below ``floor`` (a run's start) is no
+evidence and never fires.
 Scale assumptions: the token maximum is per token (float precision: any scale); the bounds on
 the mean are in its own unit — ``kl/mean`` per sequence (eps 1e-4, floor 1e-3), or, for runs
 that log only ``kl/token_mean`` (TRL, verl), per token (``eps_token_mean`` 1e-6, floor 10× that);

@@ -24,6 +24,11 @@ and the growth ≥ ``growth`` (0.2), orange when the growth ≥ ``growth_orange`
 healthy-labelled real run 002 (Qwen3.5-9B, GSM8K, 512-token cap) grows 358 → 512 tokens with
 96% truncated while its reward converges to 1.0 — a cap too short for the task, which the
 ``levels`` detector names; the agentic run 023 grows 1,000 → 5,000 tokens (+400%: orange).
+Practical significance: never red. Orange for a growth ≥ 60% of the run's own length (trend or fast
+rise) and for a collapse below 20% of the early length for 2 steps (answers of 1–3 tokens: a policy
+that stopped answering); a growth of 20–60%, truncation and a distribution change are yellow —
+growth into the cap stays yellow even at 96% truncated (healthy run 002). The robust z's scale is
+floored at 2% of the reference length; a reference length of 0 gives no ratio.
 Scale assumptions: growth relative to the run's own level and noise (robust z, Mann–Kendall);
 truncation a share of responses. "distribution" yellow when KS p < ``ks_p`` (1e-4) with D ≥ ``ks_d`` (0.25) and the
 median ≥ 1.2× the reference median, or the tail share ≥ ``tail_share`` (0.1), or the bimodality

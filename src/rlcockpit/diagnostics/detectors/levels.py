@@ -76,6 +76,12 @@ orange @32; 017 no_signal yellow @240; 021 (failure: no update) no_update orange
 truncation yellow @15; none on 004, 009 (healthy), 006-008, 010, 012-015, 018-020 (019 and 020:
 the NaN is nonfinite's, red at once), 023, 025; 022 does not import (no step field). So no
 healthy-labelled run gets an orange, red or black levels finding.
+Practical significance: each check is a level in its own units — fractions of the batch and of the
+cap, exact zeros, nats near 0 or near log(V) — so it holds at any scale and needs no z-score. The
+one red is ``no_update``: a gradient norm of exactly 0 with a learning signal on 3 one-step logged
+steps in a row (persistence). Orange where the state makes the run useless: every answer cut since
+step 1, entropy < 0.001 nats or ≥ 0.9 log(V), KL exactly 0 with β > 0, no reward variance for 10
+steps or since step 1, one response for ≥ 90%; yellow where healthy runs sit.
 Scale assumptions: none beyond the units above — fractions of the batch, fractions of the
 configured cap and of log(V), exact zeros, and nats for "near zero" entropy (a deterministic
 policy has 0 nats at any vocabulary size). The steps of a check are consecutive logged steps.

@@ -10,6 +10,10 @@ Default thresholds: growth when the projected rise over 50 steps exceeds max(10%
 0.05 GB) with p < 0.01 → yellow (key "growth/<metric>"); spike when the value exceeds 1.5× the
 window median (and by ≥ 0.1 GB) → orange (key "spike/<metric>"). Healthy tiny-world runs: RSS
 0.53–0.56 GB, flat.
+Practical significance: never red — memory matters as the headroom to an OOM, which this detector
+does not know. A spike ≥ 1.5× the window median and ≥ 0.1 GB above it is orange; growth > 10% of the
+median (and 0.05 GB) over 50 steps with a significant trend is yellow. No z-score: ratios to the
+median with GB floors, so allocator noise over a flat history is no finding.
 Scale assumptions: growth and spikes relative to the metric's own median; the GB floors (0.05,
 0.1) only keep allocator noise out and are small at any device size.
 False positives: caches filling once at the start (allocator warm-up; the window starts after

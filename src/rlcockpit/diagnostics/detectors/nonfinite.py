@@ -6,6 +6,10 @@ Signal: any logged metric that is NaN or ±inf this step (and the trainer's coun
 rewards and skipped optimizer steps going up).
 Default thresholds: any non-finite loss / gradient / KL → red; a non-finite reward counted and
 dropped by the trainer (``reward/nonfinite_total`` rising) → orange; anything else → orange.
+Practical significance: red on any NaN or inf in a loss, gradient norm, KL, entropy or ratio — a
+non-finite value is wrong in its own units at any scale and poisons every later update; any other
+non-finite metric, or a trainer counter of dropped rewards or skipped optimizer steps going up, is
+orange. No history and no z-score: each step is judged alone.
 Scale assumptions: none — NaN and inf are wrong at any scale.
 False positives: metrics that are legitimately undefined (explained variance of a constant batch;
 TRL's PPO ``val/ratio_var``, the variance over its minibatches, with one minibatch) are logged as

@@ -12,6 +12,10 @@ Default thresholds: yellow when a prompt appeared in ≥ ``min_appearances`` (3)
 step-mean |z| was ≥ ``z_extreme`` (3) with the same sign in ≥ ``consistency`` (0.8) of them;
 key "high" or "low". Steps with fewer than ``min_samples`` (8) samples are not judged.
 The evidence lists up to ``max_listed`` (10) prompts with their text, appearances and mean reward.
+Practical significance: yellow only — a prompt paid extremely high or low on ≥ 80% of at least 3
+appearances is a stress point of the reward to read, not a consequence for the run. The per-step z
+divides by max(1.4826 · MAD, std): a binary or sparse reward whose MAD is 0 falls back to its
+standard deviation, and a step whose rewards are all equal gives z = 0 (no evidence).
 Scale assumptions: none in reward units — a prompt's mean reward as a z-score against the
 step's own spread.
 False positives: a genuinely impossible or trivially easy prompt (check whether the answers are

@@ -15,6 +15,11 @@ signed k1 estimate whose median is ~2e-6 and swings reach 1e-4, real runs 012/02
 model, the learning rate and the epochs (tiny PPO: 2e-4; tiny GRPO: 1e-3 with single steps up to
 9e-3, so a 3-step median is used). Calibration seed 0: 6 PPO epochs instead of 2 from step 121
 move it 2e-4 → 7e-3 (×35) while the 0.02 bound is never reached; a learning rate ×3 moves it ≈ ×9.
+Practical significance: orange at most, never red. ``approx_kl`` is a bound in the quantity's own
+units — > 0.02 nats per token between the rollout and the updated policy (PPO's usual ``target_kl``)
+for 2 steps — at any model size; ``approx_jump`` (a 3-step median ≥ 8× its own level) and
+``cycle_delta`` (off by default) are relative. The jump's level is the larger of the median and
+1.4826 × MAD of 20 steps; a level ≤ 0 (exact zeros) is not judged, but there is no floor above 0.
 Scale assumptions: approx KL is per token (old vs new policy: any model size); the cycle growth
 is per sequence, relative to the target (rlcockpit's trainer logs ``kl/target``; without one the
 cycle check is not judged).

@@ -15,6 +15,10 @@ Default thresholds: any mismatch (> 0) at a checked step → red (key ``mismatch
 names the last check that matched, so the divergence happened between those two steps (roll
 back to a checkpoint saved before it). A later check with 0 mismatches (after a rollback or a
 resume of the whole group) resolves it. No threshold to tune: a hash either matches or not.
+Practical significance: red on any hash mismatch — an exact test, in ranks at any world size, of an
+effect that persists: parameters that diverged do not come back together (the verdict holds until a
+check matches again), and every update from then on averages gradients of different models. No
+statistics and no history, so nothing to floor.
 Scale assumptions: none; the count is in ranks, at any world size. The check's cost grows with
 the model (one pass over the parameters every ``hash_every`` steps), not with the world size.
 False positives: none expected from the trainer's exact hash. A home-made check that hashes

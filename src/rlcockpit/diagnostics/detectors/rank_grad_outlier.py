@@ -24,6 +24,12 @@ for the honest spread of small shards. Calibrated on synthetic per-rank norms
 2 to 16 ranks, 150 steps, 20 seeds each): no finding; with the robust z from 4 ranks (3 others)
 3 of 20 four-rank runs at 40% spread fired, hence 6. A rank ×6 is found in 18 of 20 two-rank
 runs and all runs of 4 and 8 ranks; a rank ×3 among ranks agreeing within 5% by the z from 6.
+Practical significance: orange at most, never red: one rank's gradient is averaged into the update
+and clipped, so its damage shows first in the KL or the loss. An outlier (fold ≥ 5× the other ranks'
+median) on 3 of 8 steps is yellow, on 6 of 8 (or a median fold ≥ 20×) orange; a low rank for 8 steps
+yellow. The robust z (≥ 6 ranks) uses log10 norms with its scale floored at 0.05 decade, zero norms
+count as 1e-12, and a step where the others' median fell below 1/5 of the typical norm (sparse
+rewards) is not judged high.
 Scale assumptions: ratios between ranks at the same step, so no absolute norm is assumed; a zero
 norm counts as 1e-12. The more ranks, the better the median of the others: with two ranks
 attribution leans on the history.

@@ -15,6 +15,10 @@ names the missing rank while the others wait.
 Default thresholds: age > max(30 s, 5 × the median step time) → red (key ``rank/<r>``): a person
 has to look (restart the group from the last checkpoint). Healthy ages are below one heartbeat
 period plus one step.
+Practical significance: red when a rank's heartbeat is older than max(30 s, 5 × the median step
+time): the rank has missed about five steps, and the effect persists — the group blocks at its next
+collective until the backend's timeout, so a person has to look. No z-score: the limit follows the
+run's own step time, with the 30 s floor for fast steps.
 Scale assumptions: the limit follows the run's own step time (5 steps), with 30 s as a floor so
 that fast steps and a slow heartbeat period do not alarm; raise ``floor_s`` when the trainer
 beats rarely.

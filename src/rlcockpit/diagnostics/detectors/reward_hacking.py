@@ -58,6 +58,12 @@ answers) and appears in the answers to ≥ ``min_prompts`` (3) prompts and,
 when the step mixes prompt categories, in more than one category: an answer's content (a number,
 a capital) stays with its prompt; a template crosses tasks. On the healthy GRPO run (4 answers
 per prompt) content n-grams alone covered up to 78% of a step's answers.
+Practical significance: "jump" is red when the reward's 3-step mean jumps (robust z ≥ 4) with two of
+KL up, entropy down, length up (|z| ≥ 3) — a combination of z-scores against the run's own window,
+neither a consequence in the quantity's own units nor held over steps; one co-mover makes it orange,
+none yellow. "template" and an exploited "paid" are orange, "paid" and "phrase" yellow. The reward's
+z scale is floored at 5% of its level and 10% of the largest reference ``reward/std``; a co-mover's
+only at 5% of its own median (≥ 1e-9): a KL near 0 has no guard.
 Scale assumptions: none in reward units — robust z-scores against the run's own history, the
 z scale floored at 5% of the reward level and 10% of its largest per-step spread; template
 shares are fractions of the responses; "paid" in units of the reward's own spread.

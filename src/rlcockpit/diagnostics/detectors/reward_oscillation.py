@@ -12,6 +12,10 @@ Default thresholds: yellow when the ACF peak ≥ ``acf_min`` (0.4; the ACF's noi
 1/√60 ≈ 0.13), the trough ≤ −``trough`` (0.2), the amplitude ≥ ``amp_ratio`` (0.8) × the
 residual standard deviation, for ``steps`` (3) evaluations in a row with the period within ±1.
 Judged once ``min_steps`` (40) values are in the window.
+Practical significance: yellow only — an oscillating reward wastes compute, it breaks nothing. No
+z-score: an autocorrelation peak ≥ 0.4 after a trough ≤ −0.2 (its noise ~0.13 on 60 steps) and a
+fitted amplitude ≥ 0.8 × the residual spread, for 3 evaluations in a row; a flat series has an
+autocorrelation of 0 and gives no period.
 Scale assumptions: none — autocorrelation and the fitted amplitude relative to the series' own
 spread.
 False positives: a prompt stream that really cycles by design (curriculum rounds); periodic

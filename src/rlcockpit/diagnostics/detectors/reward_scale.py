@@ -23,6 +23,12 @@ whose step rewards had no spread for a while (every GRPO group solved or failed 
 alternate between 0 and 0.2–0.5) has not changed its scale when some spread comes back — that is
 not a ×530,000 jump. The ×20 fault: 12.8 against a widest reference spread of ~0.8. Zero spread itself is the
 ``levels`` detector's (no learning signal).
+Practical significance: red on one step when ``reward/std`` is ≥ 3× its reference median (or the
+reward magnitude ≥ 3× with the spread ≥ 1.5×) and > 2× the widest reference spread — a ratio to the
+run's own history, not a consequence in reward units and not held over steps (``gradients`` asks
+100× its typical magnitude or 3 steps for red). Against a history of zero spread the reference
+spread is floored at 0.1 × the reference reward magnitude (and 1e-6), and the new spread must exceed
+2× the widest reference spread: spread returning after steps of 0 is no jump.
 Scale assumptions: ratios to the run's own reference; the floor relative to its reward magnitude.
 False positives: an intended change of ``reward/scale`` or of the reward function (the evidence
 shows ``reward/scale`` before and now); the first steps of a run whose rewards all start at 0.

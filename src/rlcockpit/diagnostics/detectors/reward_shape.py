@@ -25,6 +25,12 @@ one group of prompts or answers is paid on another scale, at any reward scale (D
 the gap to the groups' own spread); long tail when skewness ≥ ``tail_skew`` (2) and the tail ratio ≥ ``tail_ratio`` (1)
 for ``tail_steps`` (3) steps in a row; left shift when z ≤ −``z_shift`` (4) and (without samples,
 or) KS p < ``ks_p`` (1e-4) with a lower median or mean.
+Practical significance: never red. Orange only for two separated modes (Ashman's D ≥ 2, each ≥ 20%
+of the samples: the gap over the modes' own spread, at any reward scale); variance collapse, a
+blurred bimodality, a long tail and a left shift are yellow (easy prompts also collapse the
+variance). The left shift's robust z has its scale floored at 2% of the reference mean's magnitude
+and needs a KS test where samples exist; with a reference mean of exactly 0 and no samples that
+floor is 1e-9 (no guard). A reference spread of 0 is not judged for collapse.
 Scale assumptions: none in reward units — spread ratios, skewness, the bimodality coefficient
 and robust z-scores against the run's own reference steps.
 False positives: a task switch in the prompt stream (every shape moves with the prompt mix);

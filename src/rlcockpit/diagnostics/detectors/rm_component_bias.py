@@ -35,6 +35,12 @@ Calibration: on the recorded healthy tiny-world runs the largest |z| was 4.8 and
 p-value 1.5e-5 (GRPO: 8 prompts per step, so the category mix moves the components). The
 rm_component_bias fault run seed 2 (helpfulness −0.5 from step 10; robust sd of the reference 0.12,
 so z only −3.3 to −6) is caught by the KS test at the onset.
+Practical significance: never red: one component moving alone is a head to inspect. Orange when its
+2-step mean jumps (robust z ≥ 6, or KS p < 1e-6 with D ≥ 0.4 and z ≥ 3) while the others stay calm
+and, where samples tell, the whole distribution moved; a slow drift or a move of the mean alone is
+yellow. The z scale is floored at 0.1 × the median ``reward/std``; a component constant over its
+reference (MAD exactly 0) with no ``reward/std`` logged is yellow — a z against a spread of 0 is no
+evidence — though without it a spread just above 0 has only a 1e-9 floor.
 Scale assumptions: none in reward units — robust z-scores per component against its own
 history (the scale floored at a fraction of its spread) and a two-sample KS test.
 False positives: a real skill change that only one component measures (e.g. the policy learns

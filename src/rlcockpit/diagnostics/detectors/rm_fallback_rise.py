@@ -9,6 +9,10 @@ Signal: ``reward/fallback_frac`` over the last ``window`` (20) steps: a signific
 ``rise_yellow`` (0.15 of all samples); ``reward/rule_rate`` tells which of the two causes it is
 (evidence).
 Default thresholds: yellow above a 0.15 rise, orange above ``rise_orange`` (0.3).
+Practical significance: never red. The rise is in the share of samples the rules score (a fraction,
+any scale): yellow above +0.15 within 20 steps with a significant Mann–Kendall trend, orange above
++0.3 — a third more of the reward then comes from rules, not from the model. No z-score: medians of
+3 values and a rank test; a share flat at 0 has no trend and never fires.
 Scale assumptions: none (fractions of samples).
 False positives: rules tuned too tight for a new prompt set (a rule that fires on good answers);
 check the samples flagged ``rule_*``.

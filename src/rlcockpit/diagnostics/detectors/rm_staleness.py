@@ -16,6 +16,10 @@ correlation ≥ ``corr_min`` (0.5) and ≥ ``corr_rise`` (0.3) above the early c
 least ``min_samples`` (50) samples. Yellow for one of the two, orange for both at once. On the
 healthy tiny-world runs the 5-step correlation stayed ≤ 0.37 (tokens and characters); with the
 ``length_reward`` fault (+0.05 per character) it reaches 0.55–0.77 within 3 steps.
+Practical significance: never red. Yellow for one sign — the reward spread down ≥ 60% over 60 steps
+while the mean rises (Mann–Kendall |Z| ≥ 3 both), or the reward tracking length (Spearman ≥ 0.5 and
++0.3 over the run's start) — orange for both at once. No z-score: rank tests and rank correlations;
+a reward spread that starts at 0 cannot fall (saturation never fires).
 Scale assumptions: none — a relative fall of the reward spread, Mann–Kendall Z and Spearman
 correlations.
 False positives: a task whose good answers really are longer (the early correlation is then

@@ -10,6 +10,11 @@ its end, or the gated share at or above ``gated_yellow`` (0.3, the seed's figure
 steps.
 Default thresholds: yellow on either condition; orange when the gated share reaches
 ``gated_orange`` (0.6) -- most of the reward model's signal is then discounted.
+Practical significance: never red. Orange when ≥ 60% of the samples are gated for 3 steps — most of
+the reward model's signal is then discounted (a share, any scale); ≥ 30% gated, or the uncertainty
+up ≥ 50% over 20 steps with a significant Mann–Kendall trend, is yellow. No z-score; the relative
+rise divides by the window's start (median of 3) floored only at 1e-9, so an uncertainty that starts
+at 0 makes any significant rise count (yellow).
 Scale assumptions: the uncertainty is compared with its own window start (a ratio); the gated
 share is a fraction.
 False positives: a deliberate change of the prompt mix (new categories the model was not trained

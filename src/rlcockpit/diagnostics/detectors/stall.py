@@ -45,6 +45,12 @@ advantages were nearly all 0); β = 10 from step 1 holds 0.10–0.47 and fires a
 runs; β = 1 from step 1 reaches 0.06–0.11 two steps running (2/14 fire: at β = 1 the KL still grows
 like a healthy run's for the first 20 steps, and the reward climbs as fast).
 No step for 600 s → red (key "heartbeat").
+Practical significance: red only for the heartbeat — no step for ``heartbeat_s`` (600 s): nothing
+arrives, an effect that persists; the bound is wall-clock seconds, not scaled to the step time
+(raise it for slow steps). ``kl_penalty`` is orange (β × KL p99 ≥ 1 × ``reward/std``, or a pull
+share ≥ 0.1, 2 steps, KL in range: ratios at any scale); ``flat`` is yellow. No z-score: the
+reward's move is in its window std (floored at 1e-12: a reward constant for 50 steps is flat,
+rightly), the KL's flatness a relative range and a ratio to its scale (≥ 0.05 nats/token).
 Scale assumptions: the reward's movement in units of its own spread; the pull share is a ratio of
 per-token gradient weights (no units); the KL's flatness relative
 to its range and to its scale (``_kl.KLScale``: target or per-token comfort level); the 1e-3

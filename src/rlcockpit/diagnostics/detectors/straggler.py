@@ -22,6 +22,11 @@ ranks, 150 steps, 20 seeds each — 200 runs, no orange, one yellow (2 ranks at 
 slower in rollout is orange within 5-7 steps in every run of 2, 4 and 8 ranks. At 30% jitter
 per rank and step both tiers fire by chance: raise ``min_hits`` / ``yellow_hits`` to 8 or
 ``floor_s`` for such noisy phases.
+Practical significance: orange at most, never red: a slow rank costs the group its extra seconds
+every step (``lost_s``) but breaks nothing. Orange at ≥ 1.5× the other ranks' median phase time on 5
+of 8 steps, yellow at ≥ 1.25× on 7 of 8 — ratios between ranks at the same step, at any model size.
+No z-score; the 0.05 s floor (above the others, and behind them at the end of the phase) keeps
+millisecond phases from making a ratio.
 Scale assumptions: ratios to the other ranks at the same step, so they hold at any model size and
 step time; the 0.05 s floor keeps millisecond phases (advantage on a tiny batch) from alarming —
 raise it for slow steps with loose timing, lower it for a fast inner loop. At least 2 ranks.

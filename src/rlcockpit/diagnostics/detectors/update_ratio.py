@@ -14,6 +14,11 @@ the seed's band, and the KL explodes the same step); below 1% of its own median 
 relative because the healthy ratio depends on the model, optimizer and learning rate (the tiny
 PPO actor moves ≈ 7e-4 per step; a LoRA adapter or a 7 B model at lr 1e-6 moves far less):
 no absolute floor holds at every scale (``low`` sets one, 0 = none).
+Practical significance: orange at most, never red: ‖Δθ‖/‖θ‖ > 0.1 (a tenth of the weights' norm per
+step, any model size) and a jump to > 10× the median of the previous 20 steps are orange; a median
+below 1% of the early level is yellow. No z-score: the jump's median must be > 0 (a history of exact
+zeros is not judged) but has no floor above it, so a learning-rate warm-up from ~0 makes a 10× jump
+cheap.
 Scale assumptions: the ratio is dimensionless; the jump and the low bound are relative to the
 run's own history.
 False positives: the warm-up of a learning-rate schedule (ratios start near 0): the median window
