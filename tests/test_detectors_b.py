@@ -588,12 +588,14 @@ def shape_steps(n=30, at=20, kind="collapse"):
     return steps
 
 
-@pytest.mark.parametrize("kind,key,step", [("collapse", "variance_collapse", 22),
-                                           ("bimodal", "bimodal", 21), ("tail", "long_tail", 22),
-                                           ("left", "left_shift", 21)])
-def test_reward_shape_each_shape_is_yellow(kind, key, step):
+@pytest.mark.parametrize("kind,key,step,severity", [
+    ("collapse", "variance_collapse", 22, "yellow"),
+    # two modes 2.5 apart with a spread of 0.05 each: separated (Ashman's D ~ 50) -> orange
+    ("bimodal", "bimodal", 21, "orange"), ("tail", "long_tail", 22, "yellow"),
+    ("left", "left_shift", 21, "yellow")])
+def test_reward_shape_each_shape_and_its_severity(kind, key, step, severity):
     got, cond = first(make("reward_shape"), shape_steps(kind=kind), key=key)
-    assert got == step and cond.severity == "yellow"
+    assert got == step and cond.severity == severity
     assert {c.key for c in conditions(make("reward_shape"), shape_steps(kind=kind))} == {key}
 
 

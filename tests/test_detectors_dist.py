@@ -188,7 +188,9 @@ def test_straggler_falls_back_to_step_time_without_phase_times():
 
 def test_straggler_skips_one_rank_and_resolves_when_the_rank_recovers():
     assert feed(make("straggler"), [{"dist/time/rollout_s/rank/0": 1.0}])[0][1] is SKIPPED
-    engine = Engine.from_config(only("straggler"))
+    # (the engine's hold of orange+ conditions set to the plain resolve_after: this tests the
+    # detector's own recovery, tests/test_diagnostics_engine.py the hold)
+    engine = Engine.from_config(only("straggler", resolve_after_severe=3))
     rows = phase_rows(2, 20, slow=1, start=0) + phase_rows(2, 20, seed=3)
     found = [f for step, row in enumerate(rows) for f in engine.observe(step, row)]
     assert [(f.status, f.severity) for f in found] == [("raised", "orange"), ("resolved", "orange")]
@@ -229,7 +231,7 @@ def test_rank_divergence_quiet_when_checked_and_equal_and_skipped_before_any_che
 
 
 def test_rank_divergence_is_one_red_finding_that_pauses_and_resolves_after_a_clean_check():
-    engine = Engine.from_config(only("rank_divergence"))
+    engine = Engine.from_config(only("rank_divergence", resolve_after_severe=3))
     found = [f for step, row in enumerate(hash_rows(60, diverge_at=15, healed_at=40))
              for f in engine.observe(step, row)]
     assert [(f.step, f.status, f.severity) for f in found] == [(15, "raised", "red"),
