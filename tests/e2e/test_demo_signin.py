@@ -59,7 +59,7 @@ def test_the_signin_link_signs_in_once_and_the_history_holds_nothing_usable(demo
     page.locator("#chart-reward").wait_for()  # signed in: the dashboard of the newest run loads
     page.go_back()  # the link's entry was replaced: Back shows no code either
     assert "code" not in page.url and "signin" not in page.url
-    page.locator("#conn-state:has-text('live')").wait_for()  # the session opens the live stream too
+    page.locator("#conn-state[data-state='open']").wait_for()  # the session opens the live stream too (a finished run: its status shows)
     me = httpx.get(f"{server.url.rstrip('/')}/api/me", headers={"Authorization": f"Bearer {session}"}, timeout=10)
     assert me.json().get("name") == "demo-operator", me.text
 

@@ -3,6 +3,8 @@
 //   {runId, args, query, live, summary, navigate, api, t}
 import { api, setToken } from "./api.js";
 import { charts } from "./charts.js";
+import * as colors from "./colors.js";
+import { registerRuns } from "./colors.js";
 import { EXTENSIONS } from "./extensions.js";
 import { RunHeader, runPicker } from "./header.js";
 import * as i18n from "./i18n.js";
@@ -24,7 +26,7 @@ const { t } = i18n;
 const state = { runId: null, live: null, summary: null, header: null, cleanup: null, runs: [], seq: 0 };
 
 // The public extension API (also importable as ES modules).
-window.rlcockpit = { registerView: router.registerView, navigate: router.navigate, charts, i18n, api, setToken, state, theme };
+window.rlcockpit = { registerView: router.registerView, navigate: router.navigate, charts, i18n, api, setToken, state, theme, colors };
 
 function shell() {
   const root = document.getElementById("app");
@@ -56,6 +58,7 @@ function renderTabs(route) {
 async function refreshRuns() {
   try {
     state.runs = (await api.runs()).items;
+    registerRuns(state.runs);
   } catch {
     state.runs = state.runs || [];
   }

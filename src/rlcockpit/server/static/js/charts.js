@@ -1,11 +1,13 @@
 // ECharts helpers: line charts of step series that grow live, histogram-over-time heatmaps, and the
 // annotation registry of the extension API (charts.annotate). `echarts` is the vendored global.
+import { PALETTE as RUN_PALETTE } from "./colors.js";
 import { t } from "./i18n.js";
 import { ema } from "./stats.js";
 import { fmt } from "./ui.js";
 
 export const GROUP = "rlcockpit-dashboard";
-export const PALETTE = ["#3b82f6", "#f97316", "#10b981", "#a855f7", "#ef4444", "#0ea5e9", "#eab308", "#64748b"];
+// the palette of lines within one run's chart; lines of different runs take colors.runColor(run)
+export const PALETTE = RUN_PALETTE.slice(0, 8);
 
 // ---------------------------------------------------------------- annotations (extension API)
 const marksByRun = new Map(); // runId -> Map(source -> marks)

@@ -1,6 +1,7 @@
 // The run header: run picker, status, current phase with progress, step rate, newest alerts and the
 // connection state. It listens to the run's live stream for phase, finding, run and step messages.
 import { api } from "./api.js";
+import { runSwatch } from "./colors.js";
 import { t } from "./i18n.js";
 import { navigate, runHref } from "./router.js";
 import { stepRate } from "./stats.js";
@@ -87,6 +88,7 @@ export class RunHeader {
     const rate = stepRate(this.steps, this.walls);
     const lastStep = this.steps.length ? this.steps[this.steps.length - 1] : this.summary.last_step;
     this.node.append(
+      runSwatch(h, this.run.run_id, { id: "run-swatch" }),
       h("span", { class: `status status-${this.status}`, id: "run-status", text: t(`status.${this.status}`) }),
       h("span", { class: "hdr-item", id: "run-step", text: `${t("header.step")} ${fmt(lastStep ?? null)}` }),
       ...this.degradedNode(),
@@ -133,9 +135,16 @@ export class RunHeader {
       text: `${t("header.degraded")} · ${missing}` })];
   }
 
+  // The stream's state; a run that is over shows its status instead of a green "live".
   renderConnection(state) {
     const el = this.node.querySelector("#conn-state");
     if (!el) return;
+    el.dataset.state = state;
+    if (state === "open" && this.status && this.status !== "running") {
+      el.className = "conn conn-ended";
+      el.textContent = t(`status.${this.status}`);
+      return;
+    }
     el.className = `conn conn-${state}`;
     el.textContent = t(`conn.${state}`);
   }

@@ -20,6 +20,7 @@ export const EN = {
 
   "state.loading": "Loading…", "state.error": "Something went wrong", "state.retry": "Retry",
   "state.no_data": "no data", "state.no_data_yet": "No data yet — waiting for the first step",
+  "state.not_logged": "Not logged by this run",
   "state.no_samples_yet": "No samples yet", "state.unknown_view": "There is no page called “{name}”.",
   "state.need_token": "This cockpit has users: paste your access token.", "state.token_placeholder": "access token",
   "state.sign_in": "Sign in",
@@ -71,6 +72,7 @@ export const EN = {
   "samples.id": "id", "samples.prev": "← Previous", "samples.next": "Next →",
   "samples.range": "{from}–{to} of {total}", "samples.none": "No samples match",
   "samples.none_help": "Widen the step or reward range, or clear the filters.",
+  "samples.none_stored": "This run stored no samples", "samples.none_stored_help": "The trainer did not log any samples (prompts and responses) for this run, so there is nothing to filter.",
   "samples.pick": "Pick a sample to see its prompt, response, scores and token-level KL.",
 
   "sample.title": "Sample", "sample.prompt": "Prompt", "sample.response": "Response", "sample.reward": "reward",
@@ -156,6 +158,7 @@ export const ZH = {
 
   "state.loading": "加载中…", "state.error": "出错了", "state.retry": "重试",
   "state.no_data": "无数据", "state.no_data_yet": "暂无数据——等待第一步",
+  "state.not_logged": "本次运行未记录该指标",
   "state.no_samples_yet": "暂无样本", "state.unknown_view": "没有名为“{name}”的页面。",
   "state.need_token": "此驾驶舱启用了用户：请粘贴你的访问令牌。", "state.token_placeholder": "访问令牌",
   "state.sign_in": "登录",
@@ -207,6 +210,7 @@ export const ZH = {
   "samples.id": "编号", "samples.prev": "← 上一页", "samples.next": "下一页 →",
   "samples.range": "第 {from}–{to} 条，共 {total} 条", "samples.none": "没有匹配的样本",
   "samples.none_help": "放宽步数或奖励范围，或清除筛选条件。",
+  "samples.none_stored": "本次运行没有保存样本", "samples.none_stored_help": "训练器没有为本次运行记录任何样本（提示与回复），因此没有可筛选的内容。",
   "samples.pick": "选择一个样本，查看其提示、回复、各项得分与逐 token KL。",
 
   "sample.title": "样本", "sample.prompt": "提示", "sample.response": "回复", "sample.reward": "奖励",

@@ -262,16 +262,30 @@ class Dashboard {
     });
   }
 
+  // An empty chart says why: a run still waiting for its first step, or (the run is over, or its
+  // other metrics have steps) a metric this run never logged.
   updateOverlays() {
-    for (const c of [...Object.values(this.charts), ...Object.values(this.heatmaps)]) {
+    const all = [...Object.values(this.charts), ...Object.values(this.heatmaps)];
+    const hasData = (c) => Number(c.el.dataset.points) > 0 || (c.data && [...c.data.values()].some((d) => d.steps.length));
+    const status = this.status ?? (this.ctx.summary && this.ctx.summary.run && this.ctx.summary.run.status);
+    const notLogged = (status && status !== "running") || all.some(hasData);
+    for (const c of all) {
       const ov = c.el.box.overlay;
-      const has = Number(c.el.dataset.points) > 0 || (c.data && [...c.data.values()].some((d) => d.steps.length));
+      const has = hasData(c);
       ov.hidden = has;
-      if (!has) ov.textContent = t("state.no_data_yet");
+      if (!has) {
+        ov.textContent = t(notLogged ? "state.not_logged" : "state.no_data_yet");
+        ov.dataset.reason = notLogged ? "not_logged" : "waiting";
+      }
     }
   }
 
   onMessage({ kind, data }) {
+    if (kind === "run" && data && data.status) {
+      this.status = data.status;
+      this.updateOverlays();
+      return;
+    }
     if (kind !== "step") return;
     for (const c of Object.values(this.charts)) c.append(data.step, data.wall_time, data.metrics || {});
     if (this.explorer) this.explorer.append(data.step, data.wall_time, data.metrics || {});

@@ -4,6 +4,7 @@
 // /api/projects/{project}/layout). The three-row dashboard above stays the default layout.
 import { api, get, request } from "../api.js";
 import { chartTools, PALETTE, StepChart } from "../charts.js";
+import { runColor, runLabel, runSwatch } from "../colors.js";
 import { t } from "../i18n.js";
 import { clear, h } from "../ui.js";
 
@@ -213,11 +214,6 @@ export class MetricExplorer {
     this.renderPanels();
   }
 
-  runName(runId) {
-    const r = this.o.runs.find((x) => x.run_id === runId);
-    return r && r.name ? r.name : runId;
-  }
-
   panelBox(panel) {
     const id = `p:${panel.id}`;
     const runs = [this.o.runId, ...(panel.runs || []).filter((r) => r !== this.o.runId)];
@@ -230,11 +226,14 @@ export class MetricExplorer {
     const many = metrics.length > 1;
     const lines = (data) => {
       const out = [];
-      runs.forEach((run, ri) => metrics.forEach((m, mi) => {
+      runs.forEach((run) => metrics.forEach((m, mi) => {
         const d = data.get(`${run}${KEY_SEP}${m}`);
         if (!d || !d.steps.length) return;
-        const label = runs.length > 1 ? (many ? `${this.runName(run)} · ${m}` : this.runName(run)) : m;
-        out.push({ name: m, label, steps: d.steps, values: d.values, walls: d.walls, color: PALETTE[(ri * metrics.length + mi) % PALETTE.length] });
+        const label = runs.length > 1 ? (many ? `${runLabel(run)} · ${m}` : runLabel(run)) : m;
+        // several runs: each run in its own colour (the same on every page), metrics by dash;
+        // one run: a colour per metric
+        const color = runs.length > 1 ? runColor(run) : PALETTE[mi % PALETTE.length];
+        out.push({ name: m, label, steps: d.steps, values: d.values, walls: d.walls, color, dashed: runs.length > 1 && mi % 2 === 1 });
       }));
       return out;
     };
@@ -279,7 +278,7 @@ export class MetricExplorer {
     const title = h("input", { id: "panel-title", placeholder: t("metrics.panel_title_hint") });
     const metrics = h("input", { id: "panel-metrics", list: "metric-names", placeholder: t("metrics.panel_metrics_hint"), size: "48" });
     const runBoxes = this.o.runs.filter((r) => r.run_id !== this.o.runId).map((r) =>
-      h("label", { class: "check" }, h("input", { type: "checkbox", name: "panel-run", value: r.run_id }), ` ${r.name || r.run_id}`));
+      h("label", { class: "check" }, h("input", { type: "checkbox", name: "panel-run", value: r.run_id }), " ", runSwatch(h, r.run_id), runLabel(r.run_id)));
     const log = h("input", { type: "checkbox", id: "panel-log" });
     const form = h("form", { class: "panel-form", id: "panel-form" },
       h("label", { class: "field" }, t("metrics.panel_title"), title),

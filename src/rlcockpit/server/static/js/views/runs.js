@@ -5,7 +5,8 @@
 // layout (`runs: {run_id: {tags, group}}`, PUT /api/projects/{project}/layout).
 import { api } from "../api.js";
 import { t } from "../i18n.js";
-import { chartTools, PALETTE, StepChart, X_MODES } from "../charts.js";
+import { chartTools, StepChart, X_MODES } from "../charts.js";
+import { registerRuns, runColor, runLabel, runSwatch } from "../colors.js";
 import { globalHref, registerView, runHref } from "../router.js";
 import { clear, fmt, fmtTime, h, withStates } from "../ui.js";
 import { layoutApi } from "./metric_panels.js";
@@ -152,7 +153,7 @@ class RunsTable {
     } });
     const edit = h("button", { class: "btn tiny run-edit", title: t("runs.edit_help"), text: "✎", onclick: () => this.editRow(r, tr) });
     const tr = h("tr", { dataset: { run: r.run_id } }, h("td", {}, box),
-      h("td", {}, h("a", { href: runHref(r.run_id, "dashboard"), text: r.name || r.run_id }), h("div", { class: "muted small", text: r.run_id })),
+      h("td", {}, runSwatch(h, r.run_id), h("a", { href: runHref(r.run_id, "dashboard"), text: r.name || r.run_id }), h("div", { class: "muted small", text: r.run_id })),
       h("td", { text: r.project }), h("td", { class: "run-group", text: r.group || "" }),
       h("td", { class: "run-tags" }, r.tags.map((x) => h("span", { class: "pill tag", text: x }))),
       h("td", {}, h("span", { class: `status status-${r.status}`, text: t(`status.${r.status}`) })),
@@ -206,6 +207,7 @@ class RunsTable {
 
 async function loadRuns() {
   const res = await api.runs({ config: true });
+  registerRuns(res.items);
   const projects = [...new Set(res.items.map((r) => r.project))];
   const meta = {};
   await Promise.all(projects.map(async (p) => {
@@ -231,15 +233,15 @@ function mountRuns(root, ctx) {
 
 // One metric of several runs, a line per run (legend: the run's name), with the step charts'
 // tools: smoothing (raw faint behind), log scale, CSV and PNG; linked zoom across the page.
-function compareChart(grid, name, series, units, xMode) {
+function compareChart(grid, name, series, units, xMode, runOf) {
   const el = h("div", { class: "chart", dataset: { metric: name } });
   const box = h("section", { class: "chart-box" }, el);
   grid.append(box);
   const runsShown = Object.keys(series);
   const spec = { id: `compare-${name}`, title: name, names: runsShown, primary: null, unit: units[name] || "", relPerLine: true,
-    lines: (data) => runsShown.map((r, i) => {
+    lines: (data) => runsShown.map((r) => {
       const d = data.get(r);
-      return d && d.steps.length ? { name, label: r, steps: d.steps, values: d.values, walls: d.walls, color: PALETTE[i % PALETTE.length] } : null;
+      return d && d.steps.length ? { name, label: r, steps: d.steps, values: d.values, walls: d.walls, color: runColor(runOf.get(r)) } : null;
     }).filter(Boolean) };
   const chart = new StepChart(el, spec, { group: "rlcockpit-compare", units, xMode });
   chart.opts = { smoothing: 0 };
@@ -274,6 +276,7 @@ function mountCompare(root, ctx) {
   });
   const grid = h("div", { class: "compare-grid", id: "compare-charts" });
   const who = h("div", { class: "muted", id: "compare-runs", text: `${t("compare.runs")}: ${runs.join(", ")}` });
+  const whoSwatches = () => { who.textContent = `${t("compare.runs")}: `; runs.forEach((r, i) => who.append(i ? ", " : "", runSwatch(h, r), runLabel(r))); };
   // the dashboard's x axes: step, wall clock, or time since each run's first step (in the URL: x=)
   const charts = [];
   let xMode = X_MODES.includes(ctx.query.get("x")) ? ctx.query.get("x") : "step";
@@ -292,12 +295,12 @@ function mountCompare(root, ctx) {
     xToggle("step", "dash.x_step"), xToggle("wall", "dash.x_wall"), xToggle("rel", "dash.x_rel"));
   root.append(who, chooser, axisBar, grid);
   withStates(grid, () => Promise.all([api.compare(runs, names), api.runs(), api.run(runs[0]).catch(() => null)]), ([res, list, first]) => {
-    const nameOf = new Map(list.items.map((r) => [r.run_id, r.name || r.run_id]));
-    // two runs may share a name: then the id tells them apart
-    const counts = new Map();
-    runs.forEach((r) => counts.set(nameOf.get(r) || r, (counts.get(nameOf.get(r) || r) || 0) + 1));
-    const label = (r) => (counts.get(nameOf.get(r) || r) > 1 ? `${nameOf.get(r) || r} · ${r}` : nameOf.get(r) || r);
-    who.textContent = `${t("compare.runs")}: ${runs.map(label).join(", ")}`;
+    // one colour per run on every chart (colors.js: by start order); two runs of the same name
+    // are told apart by a short id
+    registerRuns(list.items);
+    const label = (r) => runLabel(r);
+    const runOf = new Map(runs.map((r) => [label(r), r]));
+    whoSwatches();
     if (first) for (const n of first.metric_names || []) datalist.append(h("option", { value: n }));
     const shown = [...new Set(Object.values(res.runs || {}).flatMap((b) => Object.keys(b.series || {})))];
     const order = [...names.filter((n) => !n.includes("*")), ...shown.filter((n) => !names.includes(n))];
@@ -312,7 +315,7 @@ function mountCompare(root, ctx) {
         grid.append(h("div", { class: "state state-empty small", text: `${name}: ${t("state.no_data")}` }));
         continue;
       }
-      const chart = compareChart(grid, name, series, units, xMode);
+      const chart = compareChart(grid, name, series, units, xMode, runOf);
       charts.push(chart);
       disposers.push(() => chart.dispose());
     }

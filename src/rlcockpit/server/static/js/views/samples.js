@@ -82,8 +82,11 @@ function mount(root, ctx) {
   api.categories(ctx.runId).then((r) => r.items, () => []).then((cats) => formSlot.append(filterForm(ctx, filters, cats)));
   withStates(listSlot, () => api.samples(ctx.runId, { order: "step_desc", ...filters, limit: PAGE, offset }), (page) => {
     if (!page.items.length) {
-      listSlot.append(h("div", { class: "state state-empty", id: "samples-empty" },
-        h("div", { class: "state-title", text: t("samples.none") }), h("div", { class: "muted", text: t("samples.none_help") })));
+      // no filter set (the order is none): the run has no samples at all, widening would not help
+      const filtered = Object.keys(filters).some((k) => k !== "order");
+      listSlot.append(h("div", { class: "state state-empty", id: "samples-empty", dataset: { reason: filtered ? "filtered" : "none_stored" } },
+        h("div", { class: "state-title", text: t(filtered ? "samples.none" : "samples.none_stored") }),
+        h("div", { class: "muted", text: t(filtered ? "samples.none_help" : "samples.none_stored_help") })));
       return;
     }
     listSlot.append(listTable(ctx, page, filters, selected), pager(ctx, page, filters, offset));
