@@ -713,7 +713,8 @@ def test_critic_lr_spike_run_names_the_update_ratio_then_value_loss_and_grad_nor
     assert min(f.step for f in raised) == 10
     got = {(f.detector, f.evidence.get("key"), f.severity) for f in raised if f.step <= 11}
     # (the value clip fraction of a critic stepping 1000x too far is the yellow beside them)
-    assert got == {("update_ratio", "jump/critic", "orange"), ("critic", "divergence", "red"),
+    # (one step of a value loss 18x its median is orange; red once something persists)
+    assert got == {("update_ratio", "jump/critic", "orange"), ("critic", "divergence", "orange"),
                    ("gradients", "explosion/critic", "orange"), ("critic", "value_clip", "yellow")}
     # the critic's gradient norm stays exploded: red once it has held 3 steps
     assert ("gradients", "explosion/critic", 12, "red", "escalated") in {

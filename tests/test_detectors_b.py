@@ -148,16 +148,18 @@ def test_reward_scale_x20_is_red_at_once_and_stays_while_it_lasts():
     assert all(conds[0].evidence["onset_step"] == 20 for _, conds in res[20:])
 
 
-def test_reward_scale_ramp_is_red_against_its_level_before_the_ramp():
+def test_reward_scale_ramp_is_orange_then_red_against_its_level_before_the_ramp():
     # the scale grows x1.22 per step from step 30 (a 15-step ramp to x20): each step's spread is
     # under 2x the widest of the steps just before, but 3x the level before the ramp by step 36
     rows = scale_rows(n=60, jump_at=10_000)
     for i in range(30, 45):
         k = 20 ** ((i - 29) / 15)
         rows[i] = {**rows[i], "reward/std": rows[i]["reward/std"] * k, "reward/min": -k, "reward/max": k}
-    step, cond = first(make("reward_scale"), metrics_only(rows), severity="red")
+    step, cond = first(make("reward_scale"), metrics_only(rows), key="")
     assert step is not None and 33 <= step <= 36 and cond.evidence["std_ratio"] >= 3
-    assert "over steps" in cond.message
+    assert cond.severity == "orange" and "over steps" in cond.message  # 3-10x, one step: orange
+    red, cond = first(make("reward_scale"), metrics_only(rows), severity="red")
+    assert red == step + 2 and cond.evidence["steps"] == 3  # held 3 steps: red
     assert first(make("reward_scale", lag=1), metrics_only(rows), severity="red") == (None, None)
 
 
@@ -316,11 +318,13 @@ def hacking_rows(n=40, at=25, kl_up=True, entropy_down=True, rise=0.5):
     return rows
 
 
-def test_reward_hacking_jump_with_kl_up_and_entropy_down_is_red():
+def test_reward_hacking_jump_with_kl_up_and_entropy_down_turns_red_when_it_holds():
     step, cond = first(make("reward_hacking"), metrics_only(hacking_rows()), key="jump")
-    assert step in (25, 26) and cond.severity == "red"
+    assert step in (25, 26) and cond.severity == "orange"  # red needs the jump to hold 3 steps
     assert set(cond.evidence["co_moving"]) == {"KL", "entropy"}
     assert cond.evidence["onset_step"] == 25
+    red, _ = first(make("reward_hacking"), metrics_only(hacking_rows()), "red", "jump")
+    assert red == step + 2
 
 
 def test_reward_hacking_jump_evidence_shows_the_best_paid_samples():

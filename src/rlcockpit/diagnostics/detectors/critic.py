@@ -23,9 +23,10 @@ its only trace.
 GRPO and other critic-free runs log no value metrics: the detector reports "skipped".
 Practical significance: red on a non-finite value loss (wrong in any units) and on a divergence
 spike: robust z of log(loss) > 6 (its scale floored at 0.05 in log units) and the loss > 5× its
-window median (losses ≤ 0 are left out of the history, so exact zeros make no median). That spike is
-red on one step at 5×, without the persistence or the 100× typical magnitude ``gradients`` asks for
-red. Over-fit, shift and value clip are yellow: a poorly fitting critic slows learning.
+window median (losses ≤ 0 are left out of the history, so exact zeros make no median). The spike
+is orange on a single step and red only when it holds 3 steps in a row (an effect that persists) or
+the loss is ≥ 100× its window median, as ``gradients`` asks. Over-fit, shift and value clip are
+yellow: a poorly fitting critic slows learning.
 Scale assumptions: none in loss units — the value loss is judged in log space against its own
 window (robust z and a ratio to the median), over-fitting against the run's early baseline, the
 value shift in units of the advantage spread; the clip fraction is a fraction of the value
@@ -89,6 +90,7 @@ class Critic(Detector):
         super().__init__(config)
         cfg = self.config
         self._log_loss = Window(cfg.window)
+        self._spikes = Streak()
         self._gap = Window(cfg.shift_window)
         self._base_loss: list[float] = []
         self._base_adv: list[float] = []
@@ -117,10 +119,17 @@ class Critic(Detector):
         ref = self._log_loss.values
         z = robust_z(math.log(loss), ref, floor=0.05)
         med = math.exp(median(ref))
-        if z <= cfg.spike_z or loss <= cfg.spike_ratio * med:
+        spiked = z > cfg.spike_z and loss > cfg.spike_ratio * med
+        held = self._spikes.update(spiked, view.step)
+        if not spiked:
             return None
-        evidence.update(z=z, window_median=med, ratio=loss / med, threshold_z=cfg.spike_z)
-        return Condition("red", f"value loss spiked to {loss:.3g} ({loss / med:.1f}× its "
+        # red for an effect that persists (3 steps in a row) or a loss 100x its median; one
+        # step of 5-100x that the critic recovers from is orange (issue 26)
+        severe = held >= 3 or loss >= 100 * med
+        evidence.update(z=z, window_median=med, ratio=loss / med, threshold_z=cfg.spike_z,
+                        steps=held, onset_step=self._spikes.onset)
+        return Condition("red" if severe else "orange",
+                         f"value loss spiked to {loss:.3g} ({loss / med:.1f}× its "
                          f"median {med:.3g}, robust z={z:.1f}): critic diverging", evidence,
                          key="divergence",
                          message_zh=f"价值损失飙升至 {loss:.3g}（为中位数的 {loss / med:.1f} "

@@ -58,10 +58,10 @@ answers) and appears in the answers to ≥ ``min_prompts`` (3) prompts and,
 when the step mixes prompt categories, in more than one category: an answer's content (a number,
 a capital) stays with its prompt; a template crosses tasks. On the healthy GRPO run (4 answers
 per prompt) content n-grams alone covered up to 78% of a step's answers.
-Practical significance: "jump" is red when the reward's 3-step mean jumps (robust z ≥ 4) with two of
-KL up, entropy down, length up (|z| ≥ 3) — a combination of z-scores against the run's own window,
-neither a consequence in the quantity's own units nor held over steps; one co-mover makes it orange,
-none yellow. "template" and an exploited "paid" are orange, "paid" and "phrase" yellow. The reward's
+Practical significance: "jump" — the reward's 3-step mean jumps (robust z ≥ 4) — is yellow alone,
+orange with one or two of KL up, entropy down, length up (|z| ≥ 3), and red with two of them only
+once the jump has held 3 steps: a combination of z-scores is no consequence in its own units, a
+reward that stays up while the policy moves away from the reference is. "template" and an exploited "paid" are orange, "paid" and "phrase" yellow. The reward's
 z scale is floored at 5% of its level and 10% of the largest reference ``reward/std``; a co-mover's
 only at 5% of its own median (≥ 1e-9): a KL near 0 has no guard.
 Scale assumptions: none in reward units — robust z-scores against the run's own history, the
@@ -165,6 +165,7 @@ class RewardHacking(Detector):
         super().__init__(config)
         cfg = self.config
         self._reward = Lagged(cfg.window, cfg.recent)
+        self._jumps = Streak()
         self._std = Lagged(cfg.window, cfg.recent)
         self._co = {name: Lagged(cfg.window, cfg.recent) for name, _, _ in CO_MOVERS}
         self._template = TemplateWatch(cfg)
@@ -210,10 +211,14 @@ class RewardHacking(Detector):
         if not self._reward.ready(cfg.warmup):
             return None
         z = self._reward.z(self._reward_floor())
-        if z < cfg.z_jump or self._rescaled():
+        jumped = not (z < cfg.z_jump or self._rescaled())
+        held = self._jumps.update(jumped, view.step)
+        if not jumped:
             return None
         moving = self._co_moving()
-        severity = ("yellow", "orange", "red")[min(len(moving), 2)]
+        # two co-movers make it red only once the jump has held 3 steps: a composite of z-scores
+        # is not a consequence in its own units, a jump that stays with KL and entropy is
+        severity = ("yellow", "orange", "red" if held >= 3 else "orange")[min(len(moving), 2)]
         ref = self._reward.median
         now = float(self._reward.recent.mean())
         scale = self._reward.scale(self._reward_floor())

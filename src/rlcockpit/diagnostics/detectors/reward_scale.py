@@ -23,10 +23,11 @@ whose step rewards had no spread for a while (every GRPO group solved or failed 
 alternate between 0 and 0.2–0.5) has not changed its scale when some spread comes back — that is
 not a ×530,000 jump. The ×20 fault: 12.8 against a widest reference spread of ~0.8. Zero spread itself is the
 ``levels`` detector's (no learning signal).
-Practical significance: red on one step when ``reward/std`` is ≥ 3× its reference median (or the
-reward magnitude ≥ 3× with the spread ≥ 1.5×) and > 2× the widest reference spread — a ratio to the
-run's own history, not a consequence in reward units and not held over steps (``gradients`` asks
-100× its typical magnitude or 3 steps for red). Against a history of zero spread the reference
+Practical significance: a jump — ``reward/std`` ≥ 3× its reference median (or the reward magnitude
+≥ 3× with the spread ≥ 1.5×) and > 2× the widest reference spread — is orange; red when the scale
+is ≥ 10× its reference (every advantage and critic target ten times larger: bad in its own units)
+or the change has held 3 steps (the reference is frozen while it holds, so a lasting scale change
+stays judged against the level before it; the ×20 fault of the benchmark is red at once). Against a history of zero spread the reference
 spread is floored at 0.1 × the reference reward magnitude (and 1e-6), and the new spread must exceed
 2× the widest reference spread: spread returning after steps of 0 is no jump.
 Scale assumptions: ratios to the run's own reference; the floor relative to its reward magnitude.
@@ -129,8 +130,12 @@ class RewardScale(Detector):
             "signal": "reward scale", "onset_step": self._onset(view.step),
         }
         ratio = max(std_ratio, mag_ratio)
+        # red for a scale 10x its reference (bad in its own units: every advantage and critic
+        # target 10x) or a change that has held 3 steps; a 3-10x step is orange (issue 26)
+        severe = ratio >= 10 or self._firing + 1 >= 3
+        evidence["steps"] = self._firing + 1
         return Condition(
-            "red", f"reward scale jumped ×{ratio:.1f} (reward/std {std:.3g} vs "
+            "red" if severe else "orange", f"reward scale jumped ×{ratio:.1f} (reward/std {std:.3g} vs "
             f"{self._std.median:.3g} over steps {self._ref_span()})",
             evidence, message_zh=f"奖励尺度突增 {ratio:.1f} 倍（reward/std {std:.3g}，"
             f"此前中位数 {self._std.median:.3g}）")
