@@ -65,6 +65,32 @@ export function tokenView(s) {
   return h("div", {}, box, legend);
 }
 
+// The token with the largest |KL| (its index and signed KL), or null without per-token KL.
+export function maxAbsKl(s) {
+  const kl = tokenKl(s);
+  if (!kl) return null;
+  let best = null;
+  kl.forEach((v, i) => { if (Number.isFinite(v) && (best === null || Math.abs(v) > Math.abs(best.kl))) best = { index: i, kl: v }; });
+  return best;
+}
+
+// "0.9000 (−0.9000, #1)": the size of the largest token KL, its sign and token; without token
+// arrays the stored per-sample value, said so in the tooltip.
+function klMaxRow(s) {
+  const best = maxAbsKl(s);
+  const signed = (v) => fmt(v, 4).replace(/^-/, "−");
+  if (!best) {
+    return h("tr", { class: "kl-max" }, h("th", { text: t("sample.kl_max") }),
+      h("td", { title: t("sample.kl_max_stored"), text: fmt(s.kl_max, 4) }));
+  }
+  const tok = s.tokens ? s.tokens[best.index] : `#${best.index}`;
+  const title = t("sample.kl_max_tip", { index: best.index, token: JSON.stringify(tok), kl: signed(best.kl),
+    side: t(best.kl >= 0 ? "token.kl_pos" : "token.kl_neg") });
+  return h("tr", { class: "kl-max" }, h("th", { text: t("sample.kl_max") }),
+    h("td", { title, dataset: { kl: String(best.kl), index: String(best.index) } }, fmt(Math.abs(best.kl), 4),
+      h("span", { class: "muted", text: ` (${signed(best.kl)}, #${best.index})` })));
+}
+
 function numbers(s) {
   const rows = [
     ["sample.final_reward", s.reward],
@@ -73,12 +99,13 @@ function numbers(s) {
     ["sample.value", s.value],
     ["sample.advantage", s.advantage],
     ["sample.kl_sum", s.kl_sum],
-    ["sample.kl_max", s.kl_max],
+    ["kl_max"],
     ["sample.length", s.length],
     ["sample.truncated", s.truncated ? t("common.yes") : t("common.no")],
   ];
   const table = h("table", { class: "kv", id: "sample-numbers" });
   for (const [key, v, raw] of rows) {
+    if (key === "kl_max") { table.append(klMaxRow(s)); continue; }
     table.append(h("tr", {}, h("th", { text: raw ? key : t(key) }), h("td", { text: fmt(v, 4) })));
   }
   return table;

@@ -48,7 +48,7 @@ function filterForm(ctx, filters, categories) {
 function listTable(ctx, page, filters, selected) {
   const table = h("table", { class: "list", id: "sample-list" },
     h("thead", {}, h("tr", {}, ["axis.step", "samples.id", "samples.category", "sample.reward", "sample.advantage", "sample.length", "samples.flags", "sample.response"]
-      .map((k) => h("th", { text: t(k) })))));
+      .map((k) => h("th", { text: t(k) })), h("th", { class: "tok-marker", title: t("samples.tokens_col_help"), text: t("samples.tokens_col") }))));
   const body = h("tbody");
   for (const s of page.items) {
     const isSel = selected && String(s.step) === selected[0] && String(s.sample_id) === selected[1];
@@ -56,7 +56,9 @@ function listTable(ctx, page, filters, selected) {
       onclick: () => ctx.navigate(runHref(ctx.runId, "samples", [s.step, s.sample_id], filters)) },
       h("td", { text: String(s.step) }), h("td", { text: String(s.sample_id) }), h("td", { text: s.category ? label("category", s.category) : "—" }),
       h("td", { text: fmt(s.reward, 3) }), h("td", { text: fmt(s.advantage, 3) }), h("td", { text: String(s.length) }),
-      h("td", { text: (s.flags || []).map((f) => label("flag", f)).join(", ") || "—" }), h("td", { class: "preview", text: (s.response || "").slice(0, 80) })));
+      h("td", { text: (s.flags || []).map((f) => label("flag", f)).join(", ") || "—" }), h("td", { class: "preview", text: (s.response || "").slice(0, 80) }),
+      // which samples carry per-token arrays (token KL view): the list's has_token_arrays
+      h("td", { class: "tok-marker" }, s.has_token_arrays ? h("span", { class: "has-tokens", title: t("samples.has_tokens"), text: "▦" }) : null)));
   }
   table.append(body);
   return table;

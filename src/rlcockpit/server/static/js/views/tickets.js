@@ -8,6 +8,7 @@ import { changeText, control, controlAvailable, fmtValue, signInPanel, statusChi
 const REFRESH_MS = 2000;
 export const NO_EFFECT_P = 0.05;
 const COMMANDS = ["pause", "resume", "stop", "checkpoint", "rollback"];
+const APPROVER_ROLES = ["approver", "admin"]; // the roles that may approve or reject (not their own tickets)
 
 class TicketsPage {
   constructor(root, ctx) {
@@ -28,9 +29,14 @@ class TicketsPage {
     this.requestBox = h("section", { class: "panel ctl-request" });
     this.commandBox = this.commandPanel();
     this.queueBox = h("section", { class: "panel ctl-queue", id: "ctl-queue" });
+    // the last decision's error: outside the queue, so the queue's refresh does not wipe it; it
+    // stays until the next action
+    this.queueMsg = h("div", { class: "error-message", id: "ctl-queue-msg", role: "alert" });
+    this.showQueueError(this.queueError);
     this.root.append(signInPanel(() => this.render()),
-      h("div", { class: "split" }, this.requestBox, this.commandBox), this.queueBox);
+      h("div", { class: "split" }, this.requestBox, this.commandBox), this.queueMsg, this.queueBox);
     this.signature = "";
+    this.me = control.me().catch(() => null);
     loading(this.queueBox, 2);
     this.loadRequestForm();
     this.refreshQueue();
@@ -56,6 +62,7 @@ class TicketsPage {
       const raw = value.value.trim();
       const number = raw === "" ? raw : Number(raw);
       try {
+        this.showQueueError(null);
         const res = await control.request(this.ctx.runId, { param: select.value, value: Number.isNaN(number) ? raw : number, reason: reason.value });
         msg.className = "muted ok";
         msg.textContent = t("ctl.requested", { id: res.ticket.ticket_id });
@@ -109,6 +116,7 @@ class TicketsPage {
       const body = { command: select.value, reason: reason.value };
       if (select.value === "rollback" && step.value !== "") body.args = { step: Number(step.value) };
       try {
+        this.showQueueError(null);
         const res = await control.command(this.ctx.runId, body);
         msg.className = "muted ok";
         msg.textContent = `#${res.ticket.ticket_id} ${t(`ctl.st_${res.ticket.status}`)}`;
@@ -124,16 +132,24 @@ class TicketsPage {
         h("button", { class: "btn", id: "ctl-command-submit", onclick: send, text: t("ctl.send") })), msg);
   }
 
+  showQueueError(err) {
+    this.queueError = err || null;
+    if (!this.queueMsg) return;
+    this.queueMsg.textContent = err ? `#${err.ticket}: ${err.message}` : "";
+    this.queueMsg.hidden = !err;
+  }
+
   async refreshQueue() {
     let items;
+    let me;
     try {
-      items = (await control.tickets(this.ctx.runId)).items;
+      [items, me] = [(await control.tickets(this.ctx.runId)).items, await this.me];
     } catch (err) {
       this.signature = "";
       if (err.status === 401 || err.status === 403) clearInterval(this.timer);  // until the next sign-in
       return errorState(this.queueBox, err, () => this.refreshQueue());
     }
-    const signature = JSON.stringify(items.map((x) => [x.ticket_id, x.status, x.updated_at]));
+    const signature = JSON.stringify([me && me.name, items.map((x) => [x.ticket_id, x.status, x.updated_at])]);
     if (signature === this.signature) return;
     if (this.signature) this.refreshCurrentValues(); // a change may have been applied: new current values
     this.signature = signature;
@@ -143,28 +159,33 @@ class TicketsPage {
     const cols = ["id", "status", "change", "by", "reason", "decision", "applied", "effect", "actions"];
     box.append(h("table", { class: "list", id: "ctl-tickets" },
       h("thead", {}, h("tr", {}, cols.map((c) => h("th", { text: t(`ctl.col_${c}`) })))),
-      h("tbody", {}, [...items].reverse().map((x) => this.row(x)))));
+      h("tbody", {}, [...items].reverse().map((x) => this.row(x, me)))));
   }
 
-  row(x) {
+  row(x, me) {
     const comment = h("input", { class: "ctl-comment", type: "text", placeholder: t("ctl.comment"), style: { width: "130px" } });
     const act = (action) => async (e) => {
       e.target.disabled = true;
+      this.showQueueError(null);
       try {
         await control.decide(x.ticket_id, action, comment.value);
       } catch (err) {
-        tr.querySelector(".ctl-row-msg").textContent = err.message;
+        this.showQueueError({ ticket: x.ticket_id, action, message: err.message });
       }
       e.target.disabled = false;
       this.signature = "";
       this.refreshQueue();
     };
     const actions = [];
-    if (x.status === "requested") {
+    // approve / reject: only for approvers and admins, and never on their own ticket (the server
+    // refuses both; the buttons are not offered)
+    const canDecide = me && APPROVER_ROLES.includes(me.role) && me.name !== x.requested_by;
+    if (x.status === "requested" && canDecide) {
       actions.push(comment, h("button", { class: "btn small primary ctl-approve", onclick: act("approve"), text: t("ctl.approve") }),
         h("button", { class: "btn small ctl-reject", onclick: act("reject"), text: t("ctl.reject") }));
     }
-    if (x.status === "requested" || x.status === "approved") {
+    const canCancel = me && (me.name === x.requested_by || me.role === "admin");
+    if ((x.status === "requested" || x.status === "approved") && canCancel) {
       actions.push(h("button", { class: "btn small ctl-cancel", onclick: act("cancel"), text: t("ctl.cancel") }));
     }
     const decision = x.decided_by ? `${x.decided_by}${x.comment ? `: ${x.comment}` : ""}` : "";
