@@ -104,9 +104,9 @@ def test_a_server_with_users_asks_for_a_token_and_then_streams(fixture_store, se
     allow_console_error(page, r"401 \(Unauthorized\)")
     page.goto(f"{server.url}/#/run/{run_id}/dashboard")
     page.locator("#token-input").wait_for()
-    assert "unauthorized" in page.locator(".state-error").inner_text()
+    assert "rlcockpit users signin NAME" in page.locator("#signin-page").inner_text()  # a sign-in page, not an error
     page.fill("#token-input", "s3cret")
     page.click(".token-form button[type=submit]")
     wait_for(lambda: page.locator("#chart-reward").get_attribute("data-points") == "30", what="the dashboard")
-    page.locator("#conn-state:has-text('live')").wait_for()  # the stream authenticated by its URL
+    page.locator("#conn-state[data-state='open']").wait_for()  # the stream authenticated by its URL
     assert page.evaluate("localStorage.getItem('rlcockpit.token')") == "s3cret"

@@ -1,5 +1,5 @@
 // Small DOM helpers and the three states every panel has: loading, empty, error (with retry).
-import { signIn } from "./api.js";
+import { signIn, TOKEN_KEY } from "./api.js";
 import { t } from "./i18n.js";
 
 // h("div", {class: "x", onclick: fn, dataset: {k: v}}, child, "text", [more children])
@@ -63,33 +63,73 @@ export function empty(node, title, ...body) {
 
 export function errorState(node, err, retry) {
   clear(node);
+  if (err && err.status === 401) return signInPage(node, err);
   const code = err && err.code ? err.code : "error";
   node.append(h("div", { class: "state state-error", role: "alert" },
     h("div", { class: "state-title", text: t("state.error") }),
     h("div", { class: "error-message", text: err && err.message ? err.message : String(err) }),
     h("div", { class: "muted error-code", text: code }),
-    err && err.status === 401 ? tokenForm(retry) : null,
     retry ? h("button", { class: "btn", onclick: retry, text: t("state.retry") }) : null));
 }
 
-// 401: the server has users (docs/control.md); paste an access token, it is kept in localStorage.
-function tokenForm(retry) {
-  const input = h("input", { type: "password", id: "token-input", placeholder: t("state.token_placeholder"), autocomplete: "off" });
-  const form = h("form", { class: "token-form" }, h("div", { class: "muted", text: t("state.need_token") }), input,
-    h("button", { class: "btn primary", type: "submit", text: t("state.sign_in") }));
+// 401: the server has users (docs/control.md, docs/ui.md "Signing in"). The page explains what a
+// sign-in link is and where to get one, and takes a pasted link, code or API token: a link's code
+// (or a bare rlo_ code) is exchanged for a session (api.signIn, POST /api/session), a token kept;
+// then the page reloads, so the header, the run list and the live stream start signed in. The
+// server's message stays out of sight (in the title): it is written for the command line.
+export function codeFromPasted(text) {
+  const value = String(text || "").trim();
+  const hash = value.includes("#") ? value.slice(value.indexOf("#") + 1) : "";
+  const query = hash.includes("?") ? hash.slice(hash.indexOf("?") + 1) : value.includes("?") ? value.slice(value.indexOf("?") + 1) : "";
+  if (query) {
+    const params = new URLSearchParams(query);
+    const code = params.get("code") || params.get("token");
+    if (code) return code.trim();
+  }
+  return value;
+}
+
+function signInPage(node, err) {
+  if (document.getElementById("signin-page")) {
+    // another panel of the same page already shows the sign-in page
+    node.append(h("div", { class: "state state-empty small", text: t("signin.see_above") }));
+    return;
+  }
+  const input = h("input", { type: "password", id: "token-input", placeholder: t("signin.placeholder"), autocomplete: "off",
+    "aria-label": t("signin.paste") });
+  const msg = h("div", { class: "error-message", id: "signin-error", role: "alert" });
+  msg.hidden = true;
+  const form = h("form", { class: "token-form signin-form" },
+    h("label", { class: "field", for: "token-input", text: t("signin.paste") }), input,
+    h("button", { class: "btn primary", type: "submit", text: t("state.sign_in") }), msg);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
+    const secret = codeFromPasted(input.value);
+    if (!secret) return;
     try {
-      await signIn(input.value);  // a sign-in code (rlo_…) becomes a session; a token is kept
-    } catch (err) {
+      await signIn(secret);  // a sign-in code (rlo_…) becomes a session; a token is kept
+    } catch (error) {
       input.value = "";
-      input.placeholder = err.message;
+      msg.textContent = t("signin.refused");
+      msg.title = error.message;
+      msg.hidden = false;
       return;
     }
-    if (retry) retry();
-    else location.reload();
+    location.reload();
   });
-  return form;
+  const hadToken = !!localStorage.getItem(TOKEN_KEY);
+  node.append(h("section", { class: "panel signin-page", id: "signin-page", title: err && err.message ? err.message : "" },
+    h("h2", { text: t("signin.title") }),
+    h("p", { text: t(hadToken ? "signin.expired" : "signin.intro") }),
+    h("h3", { text: t("signin.what_title") }),
+    h("p", { text: t("signin.what") }),
+    h("pre", { class: "code", text: `${location.origin}${location.pathname}#/signin?code=rlo_…` }),
+    h("h3", { text: t("signin.where_title") }),
+    h("p", { text: t("signin.where") }),
+    h("pre", { class: "code", text: "rlcockpit users signin NAME" }),
+    h("p", { class: "muted", text: t("signin.where_demo") }),
+    form));
+  input.focus();
 }
 
 // Show a loading state, run `load`, then `render(result)`; on failure an error state with retry.
