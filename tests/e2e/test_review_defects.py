@@ -40,22 +40,22 @@ def three_runs(tmp_path):
     """Three finished runs started in this order: `same` logs reward and KL, `other` KL only (so
     it shifts the per-chart order of the KL chart), a second `same` reward and KL."""
     uri = f"sqlite:///{tmp_path / 'runs.db'}"
-    _run(uri, "aaaa1111-first", "same", ["reward/mean", "kl/mean"])
-    _run(uri, "bbbb2222-other", "other", ["kl/mean"])
-    _run(uri, "cccc3333-second", "same", ["reward/mean", "kl/mean"])
+    _run(uri, "20260101-090000-aaaa11", "same", ["reward/mean", "kl/mean"])
+    _run(uri, "20260101-090001-bbbb22", "other", ["kl/mean"])
+    _run(uri, "20260101-090002-cccc33", "same", ["reward/mean", "kl/mean"])
     return uri
 
 
 def test_a_run_has_one_colour_on_every_chart_and_table(three_runs, serve, page):
     server = serve(three_runs)
-    runs = "aaaa1111-first,bbbb2222-other,cccc3333-second"
+    runs = "20260101-090000-aaaa11,20260101-090001-bbbb22,20260101-090002-cccc33"
     page.goto(f"{server.url}/#/compare?runs={runs}&names=reward/mean,kl/mean")
     page.locator(".chart[data-metric='kl/mean']").wait_for()
     page.wait_for_function("() => document.querySelectorAll('.chart[data-metric]').length === 2")
     reward = page.evaluate(SERIES_COLOURS, ".chart[data-metric='reward/mean']")
     kl = page.evaluate(SERIES_COLOURS, ".chart[data-metric='kl/mean']")
-    # two runs named "same": the legend tells them apart by a short id
-    first, second = "same · aaaa1111", "same · cccc3333"
+    # two runs named "same": the legend tells them apart by a short id (the id's last part)
+    first, second = "same · aaaa11", "same · cccc33"
     assert set(reward) == {first, second}, reward
     assert set(kl) == {first, second, "other"}, kl
     assert reward[first] == kl[first] and reward[second] == kl[second]
@@ -63,13 +63,13 @@ def test_a_run_has_one_colour_on_every_chart_and_table(three_runs, serve, page):
 
     page.goto(f"{server.url}/#/runs")
     page.locator("#runs-list tbody tr").first.wait_for()
-    for run_id, label in (("aaaa1111-first", first), ("cccc3333-second", second), ("bbbb2222-other", "other")):
+    for run_id, label in (("20260101-090000-aaaa11", first), ("20260101-090002-cccc33", second), ("20260101-090001-bbbb22", "other")):
         swatch = page.locator(f"#runs-list tr[data-run='{run_id}'] .run-swatch")
         colour = swatch.evaluate("(el) => el.dataset.color")
         assert colour == kl[label], (run_id, colour, kl)
 
     # a panel of the dashboard over two runs: the same colours again, and in the header
-    page.goto(f"{server.url}/#/run/aaaa1111-first/dashboard?panel=kl/mean~bbbb2222-other,cccc3333-second")
+    page.goto(f"{server.url}/#/run/20260101-090000-aaaa11/dashboard?panel=kl/mean~20260101-090001-bbbb22,20260101-090002-cccc33")
     page.locator(".user-panel .chart[data-points]:not([data-points='0'])").wait_for()
     panel = page.evaluate(SERIES_COLOURS, ".user-panel .chart")
     assert panel == kl, (panel, kl)

@@ -78,8 +78,11 @@ def test_runs_list_compares_two_runs(tmp_path, serve, page):
     assert charts.count() == 4
     reward = page.locator("#compare-charts .chart[data-metric='reward/mean']")
     counts = reward.evaluate("el => echarts.getInstanceByDom(el).getOption().series.map((s) => [s.name, s.data.length])")
-    # legends by run name; both runs are named "fixture-run", so the id tells them apart
-    assert sorted(counts) == sorted([[f"fixture-run · {first}", 12], [f"fixture-run · {second}", 20]])
+    # legends by run name; both runs are named "fixture-run", so a short id (the id's last part)
+    # tells them apart
+    short = {r: r.split("-")[-1] for r in (first, second)}
+    assert len(set(short.values())) == 2
+    assert sorted(counts) == sorted([[f"fixture-run · {short[first]}", 12], [f"fixture-run · {short[second]}", 20]])
     page.goto(f"{server.url}/#/run/{first}/samples")
     page.locator("#sample-list").wait_for()
     page.locator("#run-picker").select_option(second)  # the picker keeps the current page

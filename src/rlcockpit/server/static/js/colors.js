@@ -36,11 +36,16 @@ export function runColor(runId) {
   return i === undefined ? colourAt(hash(String(runId)) % PALETTE.length) : colourAt(i);
 }
 
-// The shortest prefix of the id (8 characters at least) that no other run of the same name shares.
+// A short id that no other run of the same name shares: the id's last part (a run id is
+// `<date>-<time>-<hex>`, and runs started the same day share the front), else its shortest
+// distinguishing end of 6 characters or more, else the whole id.
 function shortId(runId, others) {
-  for (let n = 8; n < runId.length; n++) {
-    const p = runId.slice(0, n);
-    if (!others.some((o) => o.startsWith(p))) return p;
+  const last = (id) => id.split(/[-_.]/).pop();
+  const tail = last(runId);
+  if (tail.length >= 4 && !others.some((o) => last(o) === tail)) return tail;
+  for (let n = 6; n < runId.length; n++) {
+    const p = runId.slice(-n);
+    if (!others.some((o) => o.endsWith(p))) return p;
   }
   return runId;
 }
