@@ -177,3 +177,29 @@ def test_openrlhf_console_log_and_tensorboard_folder_followed_live(tmp_path):
     page = reader.query_samples(follower.run.run_id, SampleQuery(limit=100, include_token_arrays=False))
     # step 1's sample is in the console (its Sample line) and in TensorBoard: stored once
     assert sorted((s.step, s.response, s.reward) for s in page.items) == [(1, *samples[1]), (2, *samples[2])]
+
+
+def test_files_written_by_openrlhfs_own_loggers_are_followed(tmp_path):
+    """tests/fixtures/openrlhf_real: written by OpenRLHF 0.11.2's init_logger (console) and
+    TensorboardLogger (scalars and the generated-samples text) in benchmarks/verl_tracking.py."""
+    real = FIXTURES / "openrlhf_real"
+    log, tb = tmp_path / "train.log", tmp_path / "tb"
+    tb.mkdir()
+    event = next(real.glob("events.out.tfevents.*"))
+    data = event.read_bytes()
+    (tb / event.name).write_bytes(data[:len(data) // 2])  # the event file half written
+    text = (real / "train.log").read_text(encoding="utf-8")
+    log.write_text(text[:len(text) // 2], encoding="utf-8")  # the console mid-line
+    uri, follower = _follower(tmp_path, log, tb)
+    follower.poll()
+    (tb / event.name).write_bytes(data)
+    log.write_text(text, encoding="utf-8")
+    follower.poll()
+    follower.close("finished")
+    reader = open_store(uri).reader()
+    summary = reader.summary(follower.run.run_id)
+    assert summary.steps == 4 and summary.samples == 4  # one sample a step, in both files, stored once
+    series = reader.read_series(follower.run.run_id, ["kl/token_mean", "policy/loss"])
+    assert series["kl/token_mean"].steps == (1, 2, 3, 4) and series["policy/loss"].steps == (1, 2, 3, 4)
+    page = reader.query_samples(follower.run.run_id, SampleQuery(step_min=3, step_max=3, include_token_arrays=False))
+    assert [(s.response, s.reward) for s in page.items] == [("question 3 answer 3", 0.75)]

@@ -29,7 +29,9 @@ Settings (environment, read when the tracker is created): ``RLCOCKPIT_STORE`` (s
 driver, or verl's TaskRunner actor — printed as an absolute path), ``RLCOCKPIT_RUN_ID`` (the run
 id; default: the id kept in ``<trainer.default_local_dir>/rlcockpit_run_id`` when verl resumes
 from a checkpoint there, else a new one), ``RLCOCKPIT_VERL_REWARD_EXTRAS`` (``module:function``,
-a hook ``row -> {sub-score: value}`` applied to each dump row, :mod:`.verl_dumps`).
+a hook ``row -> {sub-score: value}`` applied to each dump row, :mod:`.verl_dumps`),
+``RLCOCKPIT_DIAGNOSTICS`` (``off``, or a YAML file of ``DiagnosticsConfig``: thresholds and the
+severity policy — by default a red finding pauses the driver, a black one stops it).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from typing import Any
 log = logging.getLogger("rlcockpit.integrations.verl")
 BACKEND = "rlcockpit"
 STORE_ENV, RUN_ID_ENV, EXTRAS_ENV = "RLCOCKPIT_STORE", "RLCOCKPIT_RUN_ID", "RLCOCKPIT_VERL_REWARD_EXTRAS"
+DIAGNOSTICS_ENV = "RLCOCKPIT_DIAGNOSTICS"  # "off", or a YAML file of DiagnosticsConfig (thresholds, policy)
 DEFAULT_STORE_FILE = "rlcockpit.db"
 RUN_ID_FILE = "rlcockpit_run_id"  # in trainer.default_local_dir, beside verl's checkpoints
 LATEST = "latest_checkpointed_iteration.txt"  # verl's marker of a checkpoint to resume from
@@ -129,6 +132,7 @@ class VerlLogger:
         _keep_run_id(trainer, self.run.run_id)
         self.link = attach(self.run, opened, {}, ControlConfig()) if control else None  # commands only
         self.engine = self.policy = None
+        diagnostics = diagnostics if diagnostics is not None else _diagnostics_from_env()
         if diagnostics is not False:
             from rlcockpit.diagnostics import DiagnosticsConfig, Engine
             from rlcockpit.diagnostics.policy import Policy
@@ -383,6 +387,18 @@ def _hook_from_env() -> Any:
     except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError(f"{EXTRAS_ENV}={spec!r} names no function ({exc}); give module:function",
                           details={"key": EXTRAS_ENV}) from exc
+
+
+def _diagnostics_from_env() -> Any:
+    spec = os.environ.get(DIAGNOSTICS_ENV, "").strip()
+    if not spec:
+        return None
+    if spec.lower() in ("off", "0", "false", "no"):
+        return False
+    from rlcockpit.config import load_config
+    from rlcockpit.diagnostics import DiagnosticsConfig
+
+    return load_config(DiagnosticsConfig, spec)
 
 
 def _json_safe(value: Any) -> Any:
