@@ -157,3 +157,18 @@ raise RuntimeError("CUDA out of memory")
 
 def store_tickets(uri: str, run_id: str) -> list:
     return open_store(uri).control().list_tickets(run_id=run_id)
+
+
+def test_the_entry_point_verl_loads_is_declared_and_never_breaks_an_import(caplog):
+    """`import verl` loads group verl.plugins; without verl's tracking module the plugin stays off."""
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="verl.plugins") if e.name == "rlcockpit"]
+    assert ep.value == "rlcockpit.integrations.verl_plugin"
+    module = ep.load()
+    import importlib.util
+
+    if importlib.util.find_spec("verl") is None:  # the project's venv: verl lives in .benchvenv-verl
+        assert module.INSTALLED is False and "the rlcockpit backend is off" in caplog.text
+    else:
+        assert module.INSTALLED is True
