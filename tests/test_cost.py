@@ -125,7 +125,8 @@ def test_the_cost_route_serves_the_ledger(tmp_path) -> None:
     config = {"train": {"steps": 10}, "rollout": {"batch_size": 4, "n_samples": 8},
               "cost": {"price_per_hour": 3.6, "accelerators": 2, "sampling_schedule": "seed004"}}
     with rlcockpit.init(project="p", name="c", store=uri, run_id="c", config=config) as run:
-        run.event(0, "model_size", {"actor_params": 1000})
+        # the trainer also records where the models went (text): the ledger reads the counts only
+        run.event(0, "model_size", {"actor_params": 1000, "device": "cpu", "dtype": "fp32"})
         for step in range(1, 6):
             run.log(step, {"cost/tokens_generated": 100.0, "cost/tokens_trained": 100.0, "time/rollout_s": 0.5,
                            "time/update_s": 0.5})

@@ -273,7 +273,9 @@ def ledger_for_run(reader: Any, run_id: str, *, schedule: str | None = None,
     run = reader.get_run(run_id)
     config = dict(run.config or {})
     sizes = reader.read_events(run_id, kinds=["model_size"])
-    params = {k: int(v) for k, v in (sizes[-1].payload if sizes else {}).items()}
+    # the event also says where the models went and in which precision (text): counts only
+    params = {k: int(v) for k, v in (sizes[-1].payload if sizes else {}).items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool)}
     last = run.last_step or 0
     metrics = reader.step_metrics(run_id, 0, last) if last > 0 else {}
     total = int((config.get("train") or {}).get("steps") or last)
