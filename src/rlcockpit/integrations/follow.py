@@ -159,7 +159,10 @@ class Follower:
             return self.fmt  # named on the command line with --format: taken as it is, like `import`
         if path.suffix not in (".parquet",) and "tfevents" not in path.name and not _has_line(path):
             return None
-        size = path.stat().st_size
+        try:
+            size = path.stat().st_size
+        except OSError:  # gone again (a temporary file): nothing to follow
+            return None
         if self._undetected.get(str(path)) == size:
             return None  # a console log that has not grown since it was looked at
         try:
