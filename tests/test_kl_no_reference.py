@@ -5,9 +5,13 @@ KL term) say "no reference" instead of "skipped", and kl_zero leaves an intended
 from __future__ import annotations
 
 from detector_kit import only
-
 from rlcockpit.diagnostics import Engine
-from rlcockpit.diagnostics.coverage import NO_REFERENCE_STATUS, CoverageCounter, coverage_line, coverage_rows
+from rlcockpit.diagnostics.coverage import (
+    NO_REFERENCE_STATUS,
+    CoverageCounter,
+    coverage_line,
+    coverage_rows,
+)
 
 KL_DETECTORS = ("kl_tiers", "kl_trend", "kl_zero", "kl_token_spike")
 
