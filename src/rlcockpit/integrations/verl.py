@@ -179,14 +179,14 @@ class VerlLogger:
         except Exception as exc:  # fail soft: the run is still closed below
             log.warning("rlcockpit verl: the last steps were not complete: %s", exc)
         status = "finished" if exit_code == 0 and not self._failed and sys.exc_info()[1] is None else "failed"
-        if status == "finished" and self._cut_short():
+        if self._stopped_by is not None or (self.link is not None and self.run.stop_requested):
+            status = "stopped"
+        elif status == "finished" and self._cut_short():
             status = "failed"
             self.run.event(self._last_step or 0, "run_cut_short", {
                 "last_step": self._last_step, "total_training_steps": self.total_steps,
                 "reason": "verl's tracker was finished before the last training step (an exception in the "
                           "driver, or the run was cut short)"})
-        if self._stopped_by is not None or (self.run.stop_requested if self.link else False):
-            status = "stopped"
         atexit.unregister(self._at_exit)
         self.run.close(status)
 
@@ -200,7 +200,7 @@ class VerlLogger:
         self._take_dumps(final=False)
         self.run.commit(step)
         self._last_step = step if self._last_step is None else max(self._last_step, step)
-        self._diagnose(up_to=step if self.dumps.enabled else step + 1)  # a dumped step waits for its samples
+        self._diagnose(up_to=step + 1)
 
     def _metrics(self, data: Mapping[str, Any]) -> dict[str, float]:
         from rlcockpit.integrations.aliases import rename_keys
@@ -228,9 +228,11 @@ class VerlLogger:
                 self._pending[step][1].extend(training)
 
     def _diagnose(self, up_to: int | None) -> None:
-        """Feed the detectors every held step before ``up_to`` (None: all)."""
+        """Feed the detectors every held step before ``up_to`` (None: all, the end) that is
+        complete: with dumps, a step waits for its samples, at most until two steps later."""
         for step in sorted(self._pending):
-            if up_to is not None and step >= up_to:
+            if up_to is not None and (step >= up_to or (self.dumps.enabled and not self._pending[step][1]
+                                                         and step >= up_to - 2)):
                 break
             metrics, samples = self._pending.pop(step)
             if self.engine is None or not metrics:
