@@ -82,12 +82,13 @@ def test_every_answer_cut_from_step_zero_is_orange_after_three_steps():
 
 
 @pytest.mark.parametrize("rows", [
-    # most but not every answer cut (real run 002, healthy: 100 %, 87.5 %, 37.5 % ...): yellow
+    # most but not nearly every answer cut (real run 002, healthy: 100 %, 87.5 %, 37.5 % ...)
     [{"response/truncated_frac": f} for f in (1.0, 0.875, 0.95, 1.0, 1.0, 1.0, 1.0)],
     # every answer cut, but only from step 3 on: a change, not a failure present from the start
     [{"response/truncated_frac": f} for f in (0.3, 0.4, 1.0, 1.0, 1.0, 1.0, 1.0)],
 ])
 def test_truncation_not_total_from_the_start_stays_yellow(rows):
+    """(and see the next test: 31 of 32 answers cut counts as every answer)"""
     found = keyed(make(), rows, "truncation")
     assert found and {s for _, s in found} == {"yellow"}
 
@@ -329,3 +330,11 @@ def test_a_healthy_tiny_run_gives_no_levels_finding(tmp_path, algo):
     (levels,) = [c for c in report["coverage"]["detectors"] if c["detector"] == "levels"]
     assert levels["state"] == "ran"  # the trainer logs the cap and the uniform entropy it judges by
     assert not {"policy/entropy_uniform", "rollout/max_new_tokens", "samples"} & set(levels["missing"])
+
+
+def test_one_whole_answer_in_a_batch_of_32_does_not_hide_a_run_cut_at_the_cap():
+    # rollout.max_new_tokens=4: 31 of 32 answers cut, the 32nd ends exactly at the cap
+    rows = [{"response/truncated_frac": f, "response/length_mean": 4.0, "rollout/max_new_tokens": 4.0}
+            for f in (0.969, 1.0, 1.0, 0.969, 1.0, 1.0)]
+    assert keyed(make(), rows, "truncation")[0] == (2, "orange")
+

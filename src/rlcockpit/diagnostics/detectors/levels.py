@@ -45,10 +45,11 @@ after 3 steps in a row without (one odd step neither starts nor ends a finding).
 length is ≥ ``cap_frac`` = 0.95 × the cap: the healthy-labelled real run 002 (GSM8K, Qwen3.5-9B)
 has 35 logged steps in a row with ≥ 50 % truncated and 20 with ≥ 95 %, its mean length pinned at
 the 512 cap, and still learns (its accuracy reward is earned before the cut), so the level alone
-cannot justify orange. Orange when *every* answer (≥ ``all_frac`` = 0.99; without a truncation
-share, a mean length ≥ 0.99 × the cap) has been cut on every step since the first one: the run
-has never produced a whole answer, a failure present from the start that makes it useless
-(issue 26; 002 falls to 88 % at its second logged step, 001 to 98.75 %). ``entropy_zero`` yellow below ``entropy_low`` = 0.01
+cannot justify orange. Orange when nearly every answer (≥ ``all_frac`` = 0.9, or a mean length
+≥ 0.99 × the cap) has been cut on every step since the first one: the run has hardly produced a
+whole answer, a failure present from the start that makes it useless (issue 26; 0.9 and not 1.0:
+in a batch of 32 one answer that ends exactly at the cap is 3 %, so "every answer" must not hinge
+on it; the healthy-labelled 002 falls to 87.5 % at its second logged step). ``entropy_zero`` yellow below ``entropy_low`` = 0.01
 nats per token, orange below ``entropy_zero`` = 0.001 (healthy-labelled real runs stay ≥ 0.036,
 run 004; the recorded healthy tiny-world runs ≥ 0.057). ``entropy_uniform`` orange at ≥ ``uniform_frac`` = 0.9 ×
 log(V) (the largest real-run entropy, 6.36 nats in the failed run 001 with V ≈ 248k, is 0.51 of
@@ -125,9 +126,9 @@ class LevelsConfig(Config):
                                range=(0.0, 1.0))
     cap_frac: float = option(0.95, help="Mean response length at least this × the cap counts as "
                              "pinned at the cap.", range=(0.0, 1.0))
-    all_frac: float = option(0.99, help="Share of truncated responses that counts as every "
-                             "answer cut; from the first step on, that makes truncation orange.",
-                             range=(0.0, 1.0))
+    all_frac: float = option(0.9, help="Share of truncated responses that counts as (nearly) "
+                             "every answer cut; from the first step on, that makes truncation "
+                             "orange.", range=(0.0, 1.0))
     length_cap: int = option(0, help="The configured max new tokens, for runs that do not log "
                              "rollout/max_new_tokens (imported runs); 0 = unknown.",
                              range=(0, None))
@@ -233,8 +234,8 @@ class Levels(Detector):
         pinned = cap is not None and length is not None and length >= cfg.cap_frac * cap
         level = self._level("truncation", (frac is not None and frac >= cfg.trunc_frac) or pinned,
                             view.step)
-        every = frac >= cfg.all_frac if frac is not None else (
-            cap is not None and length is not None and length >= cfg.all_frac * cap)
+        every = (frac is not None and frac >= cfg.all_frac) or (
+            cap is not None and length is not None and length >= 0.99 * cap)
         whole = self._level("truncation/all", every, view.step)
         if not self._report(level):
             return self._last.get("truncation") if level.on else None
