@@ -65,10 +65,10 @@ def _users(uri: str) -> Any:
 
 def _add(args: argparse.Namespace) -> int:
     user, token = _users(args.store).add(args.name, args.role, by="cli", ttl_s=args.expires_in)
-    print(f"user {user.name} ({user.role}) created. API token (shown once, keep it secret; expires "
-          f"{_when(_expiry(user))} UTC):")
-    print(token)
-    print(f"For a browser, print a one-time sign-in link: rlcockpit users signin {user.name} --store {args.store}")
+    print(f"user {user.name} ({user.role}) created. For a browser, print a one-time sign-in link: "
+          f"rlcockpit users signin {user.name} --store {args.store}")
+    print(f"API token (shown once, keep it secret; expires {_when(_expiry(user))} UTC):")
+    print(token)  # the last line: scripts read it with `tail -n 1`
     return 0
 
 
