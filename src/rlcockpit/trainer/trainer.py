@@ -523,7 +523,11 @@ class Trainer:
         """A resumed run re-logs its checkpoint step's time/checkpoint_s (logged after the checkpoint,
         so a kill right after it lost it) and says why it resumed where it did (trainer/refill.py)."""
         duration = ckpt.checkpoint_duration(self.resume_from)
-        if duration is not None and self.step > 0:
+        # only when this store already holds the run (a resume), not a new run branched off the
+        # checkpoint into a store of its own (the detection benchmark's fault runs)
+        same_run = getattr(self.telemetry, "info", None) is not None and \
+            self.telemetry.info.last_step is not None
+        if duration is not None and self.step > 0 and same_run:
             self.telemetry.log(self.step, {"time/checkpoint_s": duration})
         if self.resume_note:
             self.telemetry.event(self.step, "resume_refill", self.resume_note)
