@@ -64,19 +64,11 @@ runs have at most 1 such logged step in a row, 002 and 004; run 005, one or two 
 6; the sparse-reward run 016 19, on 84 of its 100 steps). ``no_update`` orange at the first
 step, red after 3 in a row (a zero gradient with a learning signal does not happen by chance when
 each logged step is one optimizer step). ``constant_responses`` orange when the most common
-response is ≥ ``constant_share`` = 0.9 of the step's samples. The recorded healthy tiny-world
-runs (4 × 120 steps) stay far from every level: truncated ≤ 6 %, entropy ≥ 0.057 nats,
-``reward/frac_zero_std_groups`` ≤ 0.875 (8 groups), the most common response ≤ 28 % of a step;
-200-step runs of examples/ppo_tiny.yaml and grpo_tiny.yaml give no levels finding.
-Real runs (../shared/real_runs/, each imported with ``rlcockpit import`` and replayed by
-``rlcockpit doctor``; levels findings raised): 001 (failure at 160) truncation yellow @15; 002
-(healthy) truncation yellow @40; 003 (failure at 150) truncation yellow @155, no_signal yellow
-@160; 005 no_signal yellow at 6, 22, 52, 101, 176; 011 entropy_zero yellow @14, orange @18 (1e-4
-nats from step 12: the observed collapse to 1-token answers); 016 no_signal yellow @5 and @14,
-orange @32; 017 no_signal yellow @240; 021 (failure: no update) no_update orange @1; 024
-truncation yellow @15; none on 004, 009 (healthy), 006-008, 010, 012-015, 018-020 (019 and 020:
-the NaN is nonfinite's, red at once), 023, 025; 022 does not import (no step field). So no
-healthy-labelled run gets an orange, red or black levels finding.
+response is ≥ ``constant_share`` = 0.9 of the step's samples. Healthy tiny-world runs stay far
+from every level (truncated ≤ 6 %, entropy ≥ 0.057 nats, identical groups ≤ 0.875, top response
+≤ 28 %). Real runs (benchmarks/real_runs.py lists every finding): truncation yellow on 001-003 and
+024, no_signal on 003, 005, 016 (orange @32) and 017, entropy_zero orange on 011 (1-token answers),
+no_update orange on 021; no healthy-labelled run gets an orange, red or black levels finding.
 Practical significance: each check is a level in its own units — fractions of the batch and of the
 cap, exact zeros, nats near 0 or near log(V) — so it holds at any scale and needs no z-score. The
 one red is ``no_update``: a gradient norm of exactly 0 with a learning signal on 3 one-step logged
