@@ -9,20 +9,20 @@ from __future__ import annotations
 import atexit
 import contextlib
 import queue
-import secrets
 import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from rlcockpit.errors import ConfigError, NotFoundError
-from rlcockpit.records import INT64, Batch, EventRecord, RunInfo, SampleRecord, cap, echo
+from rlcockpit.errors import ConfigError
+from rlcockpit.records import INT64, RunInfo, SampleRecord, cap, echo
 from rlcockpit.telemetry import convert
 from rlcockpit.telemetry.drops import DropCounter
-from rlcockpit.telemetry.lease import Lease, LeasedWriter, LeaseOptions, take_lease
+from rlcockpit.telemetry.lease import Lease, LeasedWriter, LeaseOptions
 from rlcockpit.telemetry.policy import TokenArrayPolicy, WriterOptions
 from rlcockpit.telemetry.recovery import Recovery, recover
+from rlcockpit.telemetry.start import new_run_id, start_or_resume
 from rlcockpit.telemetry.writer import BackgroundWriter, ItemQueue
 
 DEFAULT_STORE = "sqlite:///rlcockpit.db"
@@ -377,11 +377,6 @@ class _UncaughtException:
 _uncaught = _UncaughtException()
 
 
-def new_run_id() -> str:
-    """Short, sortable and unique enough: UTC time to the second plus 24 random bits."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-
-
 def init(project: str = "default", name: str | None = None, store: Any = DEFAULT_STORE,
          config: Mapping[str, Any] | None = None, run_id: str | None = None,
          resume: bool = False, token_arrays: TokenArrayPolicy | None = None,
@@ -418,7 +413,7 @@ def init(project: str = "default", name: str | None = None, store: Any = DEFAULT
     try:
         # before the run is touched: a spool left by an earlier process, an unwritable store
         recovery = recover(opened, writer, run_id, opts, resume=resume) if run_id else None
-        info, held = _start_or_resume(opened, writer, project, name, config, run_id, resume,
+        info, held = start_or_resume(opened, writer, project, name, config, run_id, resume,
                                       lease_options, force)
     except BaseException:
         writer.close()
@@ -426,51 +421,3 @@ def init(project: str = "default", name: str | None = None, store: Any = DEFAULT
     _uncaught.install()
     return Run(info, store_uri=opened.uri, store_writer=writer, options=opts,
                token_arrays=policy, lease=held, recovery=recovery)
-
-
-def _start_or_resume(opened, writer, project: str, name: str | None,
-                     config: Mapping[str, Any] | None, run_id: str | None,
-                     resume: bool, lease: LeaseOptions, force: bool) -> tuple[RunInfo, Lease | None]:
-    if resume:
-        if not run_id:
-            raise ConfigError("resume=True needs the run_id of the run to continue",
-                              details={"key": "run_id"})
-        reader = opened.reader()
-        try:
-            info = reader.get_run(run_id)
-        except NotFoundError:
-            raise NotFoundError(f"cannot resume run {run_id!r}: it is not in store "
-                                f"{opened.uri}; check the run id and the store URI",
-                                details={"run_id": run_id}) from None
-        finally:
-            reader.close()
-        held = _lease(opened, run_id, lease, force)  # before anything of the run is written
-        try:
-            writer.set_run_status(run_id, "running")
-            writer.write_batch(run_id, _resume_batch(info, config, held))
-        except BaseException:
-            if held is not None:
-                held.leases.release(run_id, held.token)
-                held.leases.close()
-            raise
-        return info, held
-    run_id = run_id or new_run_id()
-    info = RunInfo(run_id=run_id, project=str(project), name=str(name or run_id),
-                   status="running", started_at=time.time(), config=dict(config or {}))
-    writer.create_run(info)
-    return info, _lease(opened, run_id, lease, force)
-
-
-def _lease(opened, run_id: str, options: LeaseOptions, force: bool) -> Lease | None:
-    """The run's lease (None for a store object without leases, e.g. a test double)."""
-    return take_lease(opened, run_id, options, force=force) if hasattr(opened, "leases") else None
-
-
-def _resume_batch(info: RunInfo, config: Mapping[str, Any] | None, lease: Lease | None) -> Batch:
-    payload: dict[str, Any] = {"previous_status": info.status, "last_step": info.last_step}
-    if config is not None:
-        payload["config"] = dict(config)
-    events = [EventRecord(step=info.last_step or 0, kind="run_resumed", payload=payload,
-                          wall_time=time.time())]
-    takeover = lease.takeover_event(info.last_step or 0) if lease is not None else None
-    return Batch(events=tuple(events + ([takeover] if takeover is not None else [])))
