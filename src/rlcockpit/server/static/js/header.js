@@ -1,15 +1,23 @@
-// The run header: run picker, status, current phase with progress, step rate, newest alerts and the
-// connection state. It listens to the run's live stream for phase, finding, run and step messages.
+// The run header: run picker, status, the open incidents worst first, current phase with progress,
+// step rate and the connection state. It listens to the run's live stream for phase, finding, run
+// and step messages. When the bar is too narrow the least important items go first (the rate, then
+// the phase, the step, the extra alert chips): the worst open incident always stays in view.
 import { api } from "./api.js";
 import { runSwatch } from "./colors.js";
-import { t } from "./i18n.js";
+import { pick, t } from "./i18n.js";
 import { navigate, runHref } from "./router.js";
 import { stepRate } from "./stats.js";
 import { clear, fmt, h } from "./ui.js";
 
-const ALERT_SEVERITIES = ["yellow", "orange", "red", "black"];
-const HEADER_CHIPS = 3; // newest alerts shown as chips; the rest as "+N" (the header stays one row at 1440 px)
+const HEADER_CHIPS = 3; // open incidents shown as chips, worst first; the rest as "+N"
 const SEV_RANK = { info: 0, yellow: 1, orange: 2, red: 3, black: 4 };
+const INCIDENT_REFRESH_MS = 1000; // a burst of findings on the stream asks for the incidents once
+
+// Open incidents that page someone (yellow and above), worst first, then the most recent.
+export function openIncidents(items) {
+  return (items || []).filter((inc) => !inc.resolved && (SEV_RANK[inc.severity] || 0) >= 1)
+    .sort((a, b) => SEV_RANK[b.severity] - SEV_RANK[a.severity] || b.last_step - a.last_step);
+}
 
 function phaseName(phase) {
   const key = `phase.${String(phase).toLowerCase()}`;
@@ -43,17 +51,35 @@ export class RunHeader {
   async start() {
     this.render();
     const runId = this.run.run_id;
-    const [phases, findings, rate] = await Promise.allSettled([
+    const [phases, incidents, rate] = await Promise.allSettled([
       api.phases(runId, { limit: 1 }),
-      api.findings(runId, { severities: ALERT_SEVERITIES }),
+      api.incidents(runId),
       this.initialRate(),
     ]);
     if (phases.status === "fulfilled") this.phase = phases.value.current;
-    if (findings.status === "fulfilled") this.alerts = findings.value.items.slice(-5).reverse();
+    if (incidents.status === "fulfilled") this.alerts = openIncidents(incidents.value.items);
     if (rate.status === "fulfilled" && rate.value) [this.steps, this.walls] = rate.value;
+    if (this.stopped) return;
     this.render();
     this.unsub = this.live.subscribe((m) => this.onMessage(m));
     this.unstate = this.live.onState((s) => this.renderConnection(s));
+    // the bar's room changes with the window and when the user slot beside it is drawn
+    this.resizer = new ResizeObserver(() => this.fit());
+    for (const el of [this.node, ...(this.node.parentElement ? this.node.parentElement.children : [])]) this.resizer.observe(el);
+  }
+
+  // A finding changes the incidents (a new one, an escalation, a resolution): ask for them again.
+  refreshIncidents() {
+    if (this.incidentTimer) return;
+    this.incidentTimer = setTimeout(async () => {
+      this.incidentTimer = null;
+      try {
+        this.alerts = openIncidents((await api.incidents(this.run.run_id)).items);
+        if (!this.stopped) this.render();
+      } catch {
+        // keep the chips shown; the next finding asks again
+      }
+    }, INCIDENT_REFRESH_MS);
   }
 
   async initialRate() {
@@ -73,8 +99,9 @@ export class RunHeader {
       if (this.steps.length > 50) { this.steps.shift(); this.walls.shift(); }
     } else if (kind === "phase") {
       this.phase = data;
-    } else if (kind === "finding" && SEV_RANK[data.severity] >= 1) {
-      this.alerts = [data, ...this.alerts].slice(0, 5);
+    } else if (kind === "finding") {
+      this.refreshIncidents();
+      return;
     } else if (kind === "run") {
       this.status = data.status;
     } else {
@@ -90,39 +117,70 @@ export class RunHeader {
     this.node.append(
       runSwatch(h, this.run.run_id, { id: "run-swatch" }),
       h("span", { class: `status status-${this.status}`, id: "run-status", text: t(`status.${this.status}`) }),
-      h("span", { class: "hdr-item", id: "run-step", text: `${t("header.step")} ${fmt(lastStep ?? null)}` }),
-      ...this.degradedNode(),
-      this.phaseNode(),
-      h("span", { class: "hdr-item", id: "step-rate", title: t("header.step_rate_help"),
-        text: `${t("header.step_rate")} ${rate === null ? "—" : `${rate.toFixed(2)}/s`}` }),
       this.alertsNode(),
+      ...this.degradedNode(),
+      h("span", { class: "hdr-item", id: "run-step", dataset: { drop: "4" }, text: `${t("header.step")} ${fmt(lastStep ?? null)}` }),
+      this.phaseNode(),
+      h("span", { class: "hdr-item", id: "step-rate", title: t("header.step_rate_help"), dataset: { drop: "1" },
+        text: `${t("header.step_rate")} ${rate === null ? "—" : `${rate.toFixed(2)}/s`}` }),
       h("span", { class: "conn", id: "conn-state" }),
     );
     this.renderConnection(this.live.state);
+    this.fit();
+  }
+
+  // Hide the least important items (data-drop 1 first: the rate, the phase's words, the chips after
+  // the first, the step, the phase) until the header fits its row; the status, the worst open
+  // incident and the connection state are never hidden.
+  fit() {
+    const items = [...this.node.querySelectorAll("[data-drop]")].sort((a, b) => a.dataset.drop - b.dataset.drop);
+    const count = () => this.countMore && this.countMore();
+    for (const el of items) el.style.display = "";
+    count();
+    for (const el of items) {
+      if (this.node.scrollWidth <= this.node.clientWidth + 1) break;
+      el.style.display = "none";
+      count();
+    }
   }
 
   phaseNode() {
     const p = this.phase;
-    if (!p) return h("span", { class: "hdr-item muted", id: "run-phase", text: `${t("header.phase")} —` });
+    if (!p) return h("span", { class: "hdr-item muted", id: "run-phase", dataset: { drop: "5" }, text: `${t("header.phase")} —` });
     const pct = p.progress === null || p.progress === undefined ? null : Math.round(p.progress * 100);
-    return h("span", { class: "hdr-item phase", id: "run-phase", title: `${t("header.phase")} · ${t("header.step")} ${p.step}` },
-      `${t("header.phase")} `, h("b", { text: phaseName(p.phase) }),
-      ` · ${t(`phase_status.${p.status}`)}`,
+    return h("span", { class: "hdr-item phase", id: "run-phase", dataset: { drop: "5" },
+      title: `${t("header.phase")} · ${t(`phase_status.${p.status}`)} · ${t("header.step")} ${p.step}` },
+      h("span", { class: "phase-label", dataset: { drop: "2" }, text: `${t("header.phase")} ` }), h("b", { text: phaseName(p.phase) }),
+      h("span", { class: "phase-status", dataset: { drop: "2" }, text: ` · ${t(`phase_status.${p.status}`)}` }),
       h("span", { class: "progress" }, h("span", { class: "progress-bar", style: { width: `${pct ?? (p.status === "finished" ? 100 : 0)}%` } })),
       pct === null ? null : h("span", { class: "muted", text: ` ${pct}%` }));
   }
 
+  // One chip per open incident, the worst first ("critical · kl_tiers @4"; the summary on hover);
+  // the chips after the first may be hidden by fit(), the "+N" then counts them too.
   alertsNode() {
     const box = h("span", { class: "hdr-alerts", id: "hdr-alerts" });
     if (!this.alerts.length) box.append(h("span", { class: "muted", text: t("header.no_alerts") }));
+    const href = runHref(this.run.run_id, "alerts");
     const shown = this.alerts.slice(0, HEADER_CHIPS);
-    for (const a of shown) {
-      box.append(h("a", { class: `chip sev-${a.severity}`, href: runHref(this.run.run_id, "alerts"),
-        title: `${a.message} (${t("axis.step")} ${a.step})`, text: `${t(`sev.${a.severity}`)} · ${a.detector} @${a.step}` }));
-    }
-    if (this.alerts.length > shown.length) {
-      box.append(h("a", { class: "chip more", href: runHref(this.run.run_id, "alerts"), title: t("header.more_alerts_help"),
-        text: `+${this.alerts.length - shown.length}` }));
+    shown.forEach((inc, i) => {
+      const summary = pick(inc, "summary");
+      box.append(h("a", { class: `chip sev-${inc.severity}`, href, dataset: { incident: inc.incident, severity: inc.severity, ...(i ? { drop: "3" } : {}) },
+        title: `${summary ? `${summary} · ` : ""}${t("alerts.steps", { from: inc.first_step, to: inc.last_step })}`,
+        text: `${t(`sev.${inc.severity}`)} · ${(inc.detectors || [])[0] || "?"} @${inc.first_step}` }));
+    });
+    if (this.alerts.length > 1) {
+      // "+N" counts the incidents not shown as chips: those past HEADER_CHIPS, and any chip fit() hid
+      const more = h("a", { class: "chip more", id: "hdr-alerts-more", href, title: t("header.more_alerts_help") });
+      box.append(more);
+      this.countMore = () => {
+        const hidden = [...box.querySelectorAll(".chip[data-incident]")].filter((c) => c.style.display === "none").length;
+        const n = this.alerts.length - shown.length + hidden;
+        more.textContent = `+${n}`;
+        more.style.display = n ? "" : "none";
+      };
+    } else {
+      this.countMore = null;
     }
     return box;
   }
@@ -150,6 +208,9 @@ export class RunHeader {
   }
 
   stop() {
+    this.stopped = true;
+    clearTimeout(this.incidentTimer);
+    if (this.resizer) this.resizer.disconnect();
     if (this.unsub) this.unsub();
     if (this.unstate) this.unstate();
   }

@@ -60,9 +60,9 @@ async function renderUser(slot) {
   const box = h("span", { class: "hdr-user run-header", id: "hdr-user", dataset: { user: me ? me.name : "" } });
   if (me && me.name !== "anonymous") {
     box.append(h("span", { class: "hdr-item", id: "hdr-user-name", title: t("user.signed_in_as") },
-      h("b", { text: me.name }), ` (${t(`role.${me.role}`)})`),
-    button("hdr-switch", t("user.switch"), () => tokenForm(slot)),
-    button("hdr-signout", t("user.sign_out"), async () => { await signOut(); location.reload(); }));
+      h("b", { text: me.name }), h("span", { class: "hdr-role", text: ` (${t(`role.${me.role}`)})` })),
+    button("hdr-switch", t("user.switch"), () => tokenForm(slot), "⇄"),
+    button("hdr-signout", t("user.sign_out"), async () => { await signOut(); location.reload(); }, "⏻"));
   } else if (me && !me.users_exist) {
     box.append(h("span", { class: "hdr-item", id: "hdr-user-name", title: t("user.no_users_help"), text: t("user.no_users") }));
   } else {
@@ -76,8 +76,11 @@ async function renderUser(slot) {
   slot.append(box);
 }
 
-function button(id, text, onclick) {
-  return h("button", { class: "btn small", id, onclick, text, style: DARK_BTN });
+// With an icon, a narrow header (css: max-width 1280px) shows the icon alone, the text on hover.
+function button(id, text, onclick, icon = null) {
+  if (!icon) return h("button", { class: "btn small", id, onclick, text, style: DARK_BTN });
+  return h("button", { class: "btn small", id, onclick, title: text, style: DARK_BTN },
+    h("span", { class: "btn-icon", text: icon }), h("span", { class: "btn-label", text }));
 }
 
 // Paste a token (another person's, in the same browser): the page reloads so the live stream
