@@ -98,3 +98,58 @@ def test_header_shows_the_worst_open_incident_first_and_keeps_it_in_view(browser
         context.close()
     errors = [e for p in probes for e in p.unexpected()]
     assert not errors, errors
+
+
+@pytest.fixture
+def ticket_cockpit(tmp_path):
+    """A running run with a live parameter, an operator and an approver, and a ticket the operator
+    requested (so the approver, not the operator, sees Approve on it)."""
+    import httpx
+
+    import rlcockpit
+    from rlcockpit.control import ControlPlane
+    from rlcockpit.records import LiveParamsRecord
+    from rlcockpit.store import open_store
+
+    uri = f"sqlite:///{tmp_path / 'tix.db'}"
+    run = rlcockpit.init(project="tix", name="tix", store=uri, run_id="tix-run")
+    for step in range(1, 6):
+        run.log(step, {"reward/mean": 0.1 * step})
+        run.commit(step)
+    store = open_store(uri)
+    specs = {"kl_coef": {"type": "float", "lo": 0.0, "hi": 10.0, "help": "kl", "metric": "kl/coef"}}
+    store.control().publish_live_params(LiveParamsRecord("tix-run", 0, {"kl_coef": 0.05}, specs, "start"))
+    plane = ControlPlane.over(store.control(), store.reader())
+    tokens = {n: plane.users.add(n, r)[1] for n, r in (("olga", "operator"), ("alex", "approver"))}
+    server = serve_store(uri, store, plane=plane)
+    res = httpx.post(f"{server.url}/api/runs/tix-run/tickets", json={"param": "kl_coef", "value": 0.1, "reason": "olga asks"},
+                     headers={"Authorization": f"Bearer {tokens['olga']}"}, timeout=10)
+    assert res.status_code < 300, res.text
+    yield server, plane, tokens, res.json()["ticket"]["ticket_id"]
+    server.stop()
+    run.close()
+
+
+def test_a_signin_link_pasted_into_an_open_tab_switches_the_user_without_a_reload(browser, ticket_cockpit):
+    server, plane, tokens, ticket = ticket_cockpit
+    probes: list = []
+    context, page = _context(browser, 1400, tokens["olga"], probes=probes)
+    try:
+        page.goto(f"{server.url}/#/run/tix-run/tickets")
+        page.locator("#hdr-user[data-user='olga']").wait_for()
+        page.locator(f"tr[data-ticket='{ticket}']").wait_for()
+        assert page.locator(f"tr[data-ticket='{ticket}'] .ctl-approve").count() == 0  # nobody approves their own
+        page.evaluate("window.__sameDocument = true")
+        code, _ = plane.users.issue_signin("alex", by="test", ttl_s=300)
+        page.evaluate(f"location.hash = '#/signin?code={code}'")  # pasted into the address bar
+        page.locator("#hdr-user[data-user='alex']").wait_for()
+        assert page.evaluate("window.__sameDocument") is True  # no reload
+        assert "code" not in page.url and "signin" not in page.url
+        assert page.url.endswith("#/run/tix-run/tickets"), page.url  # back on the page that was open
+        assert page.evaluate("localStorage.getItem('rlcockpit.token')").startswith("rls_")
+        page.locator(f"tr[data-ticket='{ticket}'] .ctl-approve").wait_for()  # the page drawn again, as alex
+        assert "(approver)" in page.locator("#hdr-user-name").inner_text()
+    finally:
+        context.close()
+    errors = [e for p in probes for e in p.unexpected()]
+    assert not errors, errors

@@ -2,6 +2,8 @@
 //   #/signin?code=rlo_…[&next=#/run/R/tickets]   replaces the address with `next` (default #/),
 //   then exchanges the one-time code for an expiring session token (POST /api/session) and keeps
 //   that. The code works once: the browser's history keeps the link, but nothing usable in it.
+//   Pasted into a tab that already shows the cockpit, the link switches the user in place: the
+//   address goes back to the page that was open (or `next`), and that page is drawn again.
 // The code sits after "#": a browser never sends the fragment to the server.
 import { signIn, signOut, TOKEN_KEY } from "./api.js";
 import { t } from "./i18n.js";
@@ -10,14 +12,20 @@ import { control, controlAvailable } from "./views/control_common.js";
 
 const DARK_BTN = { background: "#1e293b", color: "#e2e8f0", borderColor: "#334155" };
 
+function isSigninLink(hash) {
+  return hash.replace(/^#/, "").split("?")[0].replace(/\/+$/, "") === "/signin";
+}
+
 // Called (and awaited) once before the first route is shown; true when the link signed us in.
-export async function consumeSigninLink(loc = window.location) {
-  const [path, queryPart = ""] = loc.hash.replace(/^#/, "").split("?");
-  if (path.replace(/\/+$/, "") !== "/signin") return false;
-  const params = new URLSearchParams(queryPart);
+// It also watches the address: a sign-in link pasted into a tab already showing the cockpit
+// (a hashchange) signs that person in without a reload (see onLinkPasted).
+export async function consumeSigninLink(loc = window.location, fallback = "#/") {
+  watchSigninLinks();
+  if (!isSigninLink(loc.hash)) return false;
+  const params = new URLSearchParams(loc.hash.split("?").slice(1).join("?"));
   const code = (params.get("code") || params.get("token") || "").trim();
   const next = params.get("next") || "";
-  history.replaceState(null, "", `${loc.pathname}${loc.search}${next.startsWith("#/") ? next : "#/"}`);
+  history.replaceState(null, "", `${loc.pathname}${loc.search}${next.startsWith("#/") ? next : fallback}`);
   if (!code) return false;
   try {
     await signIn(code);
@@ -27,6 +35,28 @@ export async function consumeSigninLink(loc = window.location) {
     userState.linkError = err.message;  // used, expired or unknown: said in the header
     return false;
   }
+}
+
+// Registered before the shell's own hashchange listener (app.js calls consumeSigninLink first), so
+// the shell never sees the link: the address is cleaned at once (back to the page that was open,
+// or the link's `next`), the code exchanged, then the page drawn again as the new user.
+let watching = false;
+function watchSigninLinks() {
+  if (watching) return;
+  watching = true;
+  window.addEventListener("hashchange", (e) => {
+    if (!isSigninLink(location.hash)) return;
+    e.stopImmediatePropagation();
+    onLinkPasted(e.oldURL ? new URL(e.oldURL).hash : "");
+  });
+}
+
+async function onLinkPasted(previous) {
+  const back = previous && previous.startsWith("#/") && !isSigninLink(previous) ? previous : "#/";
+  await consumeSigninLink(window.location, back);
+  userState.shown = undefined;  // the header's user slot asks /api/me again now
+  refreshUser();
+  window.dispatchEvent(new HashChangeEvent("hashchange"));  // the open page, with the new user's rights
 }
 
 // The header's user slot (#user-slot): "name (role)" with switch-user and sign-out, or a sign-in
