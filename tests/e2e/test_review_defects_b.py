@@ -153,3 +153,53 @@ def test_a_signin_link_pasted_into_an_open_tab_switches_the_user_without_a_reloa
         context.close()
     errors = [e for p in probes for e in p.unexpected()]
     assert not errors, errors
+
+
+@pytest.fixture
+def cost_store(tmp_path):
+    """A finished run of 10 steps (of 20 planned), 10 s a step: rollout 3 s, score 1 s, update 6 s."""
+    import rlcockpit
+
+    uri = f"sqlite:///{tmp_path / 'cost.db'}"
+    config = {"train": {"steps": 20}, "rollout": {"batch_size": 4, "n_samples": 8},
+              "cost": {"price_per_hour": 2.5, "accelerators": 8, "accelerator": "H100", "sampling_schedule": "seed004"}}
+    with rlcockpit.init(project="cost", name="costly", store=uri, run_id="costly", config=config) as run:
+        run.event(0, "model_size", {"actor_params": 7_000_000_000})
+        for step in range(1, 11):
+            run.log(step, {"cost/tokens_generated": 16_384.0, "cost/tokens_trained": 32_768.0,
+                           "time/rollout_s": 3.0, "time/score_s": 1.0, "time/update_s": 6.0, "time/reference_logprob_s": 0.5})
+    return uri
+
+
+COST_ROW = "(key) => [...document.querySelectorAll(`#cost-totals tr[data-key='${key}'] td`)].map((td) => td.innerText)"
+PHASE_GAPS = """() => [...document.querySelectorAll('#cost-phases .cost-phase')].map((row) => {
+  const name = row.querySelector('.cost-phase-name'), bar = row.querySelector('.cost-bar');
+  return [name.innerText, bar.getBoundingClientRect().left - name.getBoundingClientRect().right,
+          name.scrollWidth <= name.clientWidth + 1];
+})"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_cost_view_shows_time_per_step_a_total_no_eta_when_over_and_apart_phase_names(cost_store, serve, page, zh_page, lang):
+    server = serve(cost_store)
+    p = page if lang == "en" else zh_page
+    p.goto(f"{server.url}/#/run/costly/cost")
+    p.locator("#cost-totals").wait_for()
+    label, per_step, _ = p.evaluate(COST_ROW, "cost.step_time")
+    assert per_step == "10.5 s", per_step  # (3 + 1 + 6 + 0.5) s a step, not the run's total
+    total_label, total, _ = p.evaluate(COST_ROW, "cost.total_time")
+    assert total == "1.8 min", total  # 105 s
+    eta_label, _, eta = p.evaluate(COST_ROW, "cost.eta")
+    assert "0.00" not in eta and eta.strip()
+    if lang == "en":
+        assert (label, total_label) == ("Time per step (mean)", "Total time")
+        assert "finished" in eta, eta
+    else:
+        assert (label, total_label) == ("每步耗时（平均）", "总耗时")
+        assert "已完成" in eta, eta
+    gaps = p.evaluate(PHASE_GAPS)
+    assert len(gaps) == 4, gaps
+    for name, gap, whole in gaps:
+        assert gap >= 6 and whole, (name, gap)  # the name stands apart from its bar, never cut
+    p.locator("#cost-schedule").wait_for()
+    assert "seed" not in p.locator("#view").inner_text().lower()  # no section numbers of the source documents

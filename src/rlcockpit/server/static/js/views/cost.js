@@ -16,9 +16,10 @@ extend({
       "No price set: give cost.price_per_hour when training, or rlcockpit cost --price-per-hour.",
     "cost.none": "No token counts recorded", "cost.none_help":
       "The ledger reads cost/tokens_generated, which rlcockpit's trainer logs every step.",
-    "cost.schedule": "Sampling schedule (seed 004 §3.1)", "cost.schedule_text":
+    "cost.schedule": "Sampling schedule", "cost.schedule_text":
       "n_samples {n} → mean {mean}: {saved} fewer generated tokens over the run (USD {from} → {to}).",
-    "cost.params": "Parameters", "cost.hardware": "Hardware",
+    "cost.params": "Parameters", "cost.hardware": "Hardware", "cost.step_time": "Time per step (mean)",
+    "cost.total_time": "Total time", "cost.eta_none": "—", "cost.eta_over": "none: the run is over ({status})",
   },
   zh: {
     "cost.tab": "成本", "cost.title": "成本账本", "cost.so_far": "已花费", "cost.projected": "预计总计",
@@ -28,9 +29,10 @@ extend({
     "cost.phases": "各阶段耗时占比", "cost.last_steps": "最近几步", "cost.step": "步", "cost.no_price":
       "未设置价格：训练时设置 cost.price_per_hour，或使用 rlcockpit cost --price-per-hour。",
     "cost.none": "没有记录 token 数", "cost.none_help": "账本读取 cost/tokens_generated，rlcockpit 的训练器每步都会记录。",
-    "cost.schedule": "采样调度（seed 004 §3.1）", "cost.schedule_text":
+    "cost.schedule": "采样调度", "cost.schedule_text":
       "每个 prompt 采样数 {n} → 平均 {mean}：整个运行少生成 {saved} 的 token（费用 {from} → {to} 美元）。",
-    "cost.params": "参数量", "cost.hardware": "硬件",
+    "cost.params": "参数量", "cost.hardware": "硬件", "cost.step_time": "每步耗时（平均）",
+    "cost.total_time": "总耗时", "cost.eta_none": "—", "cost.eta_over": "无：运行已结束（{status}）",
   },
 });
 
@@ -51,7 +53,24 @@ function dur(s) {
   return `${s.toPrecision(3)} s`;
 }
 
-function render(body, d) {
+// The ETA of a run that is over is none (its status says why), never "0.00 s".
+function eta(d, status) {
+  if (status && status !== "running") return t("cost.eta_over", { status: t(`status.${status}`) });
+  return d.eta_s > 0 ? dur(d.eta_s) : t("cost.eta_none");
+}
+
+// Time by phase: a row per phase, the name in its own column so it never runs into the bar.
+function phaseRows(share) {
+  return Object.entries(share || {}).map(([ph, x]) => h("div", { class: "cost-phase", dataset: { phase: ph },
+    style: { display: "grid", gridTemplateColumns: "9em 250px 5em", alignItems: "center", columnGap: "10px" } },
+    h("span", { class: "cost-phase-name", title: ph, text: label("phase", String(ph).toLowerCase()),
+      style: { overflow: "hidden", textOverflow: "ellipsis", whiteSpace: "nowrap" } }),
+    h("span", { class: "cost-bar-track", style: { display: "block" } },
+      h("span", { class: "cost-bar", style: { display: "block", height: "10px", background: "#5b8ff9", width: `${Math.max(1, Math.round(240 * x))}px` } })),
+    h("span", { class: "muted cost-phase-share", text: `${(100 * x).toFixed(1)} %` })));
+}
+
+function render(body, d, status) {
   const tot = d.totals || {};
   const pr = d.projected || {};
   if (!d.steps.length && !tot.steps) {
@@ -64,12 +83,13 @@ function render(body, d) {
     ["cost.tokens_generated", big(tot.tokens_generated), big(pr.tokens_generated)],
     ["cost.tokens_trained", big(tot.tokens_trained), ""],
     ["cost.flops", big(tot.flops), big(pr.flops)],
-    ["cost.wall", dur(tot.wall_s), dur(pr.wall_s)],
+    ["cost.step_time", dur(tot.steps ? tot.wall_s / tot.steps : null), ""],
+    ["cost.total_time", dur(tot.wall_s), dur(pr.wall_s)],
     ["cost.acc_hours", fmt(tot.accelerator_hours, 4), fmt(pr.accelerator_hours, 4)],
     ["cost.usd", fmt(tot.usd, 4), fmt(pr.usd, 4)],
   ];
   if (tot.mfu !== undefined) rows.push(["cost.mfu", `${(100 * tot.mfu).toFixed(1)} %`, ""]);
-  rows.push(["cost.eta", "", dur(d.eta_s)]);
+  rows.push(["cost.eta", "", eta(d, status)]);
   const table = h("table", { class: "list", id: "cost-totals" },
     h("thead", {}, h("tr", {}, h("th"), h("th", { text: t("cost.so_far") }), h("th", { text: t("cost.projected") }))),
     h("tbody", {}, rows.map(([k, a, b]) => h("tr", { dataset: { key: k } }, h("td", { text: t(k) }), h("td", { text: a }), h("td", { text: b })))));
@@ -78,10 +98,7 @@ function render(body, d) {
   const meta = h("div", { class: "muted", id: "cost-meta" },
     `${t("cost.hardware")}: ${p.accelerators} × ${p.accelerator}${p.price_per_hour ? ` @ $${p.price_per_hour}/h` : ""} · ${t("cost.params")}: ${params}`);
   const noPrice = p.price_per_hour ? null : h("div", { class: "muted", text: t("cost.no_price") });
-  const phases = h("div", { id: "cost-phases" }, Object.entries(d.phase_share || {}).map(([ph, share]) =>
-    h("div", { class: "cost-phase" }, h("span", { class: "cost-phase-name", title: ph, text: label("phase", String(ph).toLowerCase()) }),
-      h("span", { class: "cost-bar", style: { display: "inline-block", height: "10px", background: "#5b8ff9", width: `${Math.max(1, Math.round(240 * share))}px` } }),
-      h("span", { class: "muted", text: ` ${(100 * share).toFixed(1)} %` }))));
+  const phases = h("div", { id: "cost-phases", style: { display: "grid", rowGap: "4px" } }, phaseRows(d.phase_share));
   const steps = h("table", { class: "list", id: "cost-steps" },
     h("thead", {}, h("tr", {}, [t("cost.step"), t("cost.tokens_generated"), t("cost.tokens_trained"), t("cost.wall"), "FLOPs", "USD"].map((c) => h("th", { text: c })))),
     h("tbody", {}, d.steps.slice(-10).reverse().map((s) => h("tr", {},
@@ -99,12 +116,13 @@ function mount(root, ctx) {
   const body = h("div", { class: "cost-view", id: "cost-view" });
   root.append(body);
   const load = () => get(`/runs/${encodeURIComponent(ctx.runId)}/cost`, { steps: 50 });
-  withStates(body, load, (d) => render(body, d));
+  const status = () => (ctx.summary && ctx.summary.run ? ctx.summary.run.status : null);
+  withStates(body, load, (d) => render(body, d, status()));
   const timer = ctx.live ? setInterval(async () => {
     try {
       const d = await load();
       clear(body);
-      render(body, d);
+      render(body, d, status());
     } catch {
       // keep the last ledger on a failed refresh; the next one retries
     }
