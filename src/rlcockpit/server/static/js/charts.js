@@ -269,8 +269,9 @@ export class StepChart {
         const x = this.x(s, l.walls ? l.walls[j] : null, zero);
         if (x < xMin) xMin = x;
         if (x > xMax) xMax = x;
-        return [x, yOf(l.values[j]), s, l.rawValues ? l.rawValues[j] : null];
+        return [x, yOf(l.values[j]), s, l.rawValues ? l.rawValues[j] : null, l.notes ? l.notes[j] : null];
       });
+      if (l.band) return bandSeries(l, data, yOf);
       return {
         type: "line", name: l.label, showSymbol: !l.raw && l.steps.length < 60, symbolSize: 4, sampling: "lttb",
         lineStyle: { width: l.width ?? 1.6, type: l.dashed ? "dashed" : "solid", opacity: l.faint ? (l.raw ? 0.25 : 0.35) : 1 },
@@ -281,7 +282,8 @@ export class StepChart {
     });
     const xRange = Number.isFinite(xMin) ? [xMin, xMax] : null;
     this.rawSeries = new Set(series.map((sr, i) => (sr.raw ? i : -1)).filter((i) => i >= 0));
-    if (series.length) series[0].markLine = this.markLine(hlines, xRange);
+    const first = series.find((sr) => sr.type === "line");
+    if (first) first.markLine = this.markLine(hlines, xRange);
     const option = this.option(series);
     if (hlines.length && !log) {
       // keep the target / warning lines in view even when the curve stays below them
@@ -346,7 +348,8 @@ export class StepChart {
     return escapeHtml(head) + ps.map((p) => {
       const raw = p.data[3];
       const rawText = raw === null || raw === undefined ? "" : ` <span style="opacity:.7">(${escapeHtml(t("line.raw"))} ${escapeHtml(fmt(raw, 4))})</span>`;
-      return `<br>${p.marker}${escapeHtml(p.seriesName)} <b>${escapeHtml(fmt(p.data[1], 4))}</b>${rawText}`;
+      const note = p.data[4] ? ` <span style="opacity:.7">${escapeHtml(p.data[4])}</span>` : "";
+      return `<br>${p.marker}${escapeHtml(p.seriesName)} <b>${escapeHtml(fmt(p.data[1], 4))}</b>${rawText}${note}`;
     }).join("");
   }
 
@@ -391,7 +394,7 @@ export class StepChart {
 
   // The chart's curves as CSV: one row per step, a column per drawn line (raw and smoothed).
   csv() {
-    const lines = this.drawnLines().filter((l) => !l.raw);
+    const lines = this.drawnLines().filter((l) => !l.raw && !l.band);
     const steps = [...new Set(lines.flatMap((l) => l.steps))].sort((a, b) => a - b);
     const walls = new Map();
     const cols = lines.map((l) => {
@@ -461,6 +464,25 @@ export class StepChart {
     this.el.removeEventListener("mouseleave", this.onLeave);
     this.disposeChart();
   }
+}
+
+// A band around a line (a group of runs: mean ± std or min–max): `line.band = {lower, upper}`,
+// drawn as a filled polygon per segment behind the lines, named like its line (the legend toggles
+// both), never in the tooltip. `data` are the line's points [x, y, step, ...].
+function bandSeries(l, data, yOf) {
+  const pts = data.map((d, j) => [d[0], yOf(l.band.lower[j]), yOf(l.band.upper[j])]);
+  const ok = (p) => p && p.every((v) => v !== null && v !== undefined && Number.isFinite(v));
+  return {
+    type: "custom", name: l.label, silent: true, clip: true, z: 0, tooltip: { show: false }, data: pts,
+    encode: { x: 0, y: [1, 2] }, itemStyle: { color: l.color }, band: true,
+    renderItem: (params, api) => {
+      const a = pts[params.dataIndex];
+      const b = pts[params.dataIndex + 1];
+      if (!ok(a) || !ok(b)) return null;
+      const points = [api.coord([a[0], a[1]]), api.coord([b[0], b[1]]), api.coord([b[0], b[2]]), api.coord([a[0], a[2]])];
+      return { type: "polygon", shape: { points }, style: { fill: l.color, opacity: l.bandOpacity ?? 0.18 } };
+    },
+  };
 }
 
 // The small tool strip of a chart box: smoothing, log scale, CSV and PNG download.

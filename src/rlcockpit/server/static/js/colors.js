@@ -19,7 +19,8 @@ export function registerRuns(runs) {
   order = new Map(ids.map((id, i) => [id, i]));
 }
 
-function colourAt(i) {
+// the i-th colour (the palette, then golden-angle hues): runs by start order, groups by their first run
+export function colourAt(i) {
   if (i < PALETTE.length) return PALETTE[i];
   const hue = Math.round((i * 137.508) % 360);
   return `hsl(${hue}, 62%, 46%)`;

@@ -150,6 +150,14 @@ export const EN = {
   "runs.sort_help": "Sort by this column (click again to reverse)", "runs.edit_help": "Edit this run's tags and group",
   "runs.count": "{n} of {all} runs", "runs.tags_hint": "comma-separated", "runs.save": "Save",
   "runs.config_same": "The selected runs have the same config.", "runs.config_key": "Config key",
+  // many runs on the dashboard (views/overlay.js, views/groups.js)
+  "overlay.runs": "Runs on charts", "overlay.help": "Overlay other runs on every chart, each in its own colour",
+  "overlay.filter_hint": "filter: name, tag, group or config (lr=0.0001)", "overlay.all_shown": "Select shown", "overlay.none": "Clear shown",
+  "group.by": "Group by", "group.help": "Draw each group of runs as one line: the mean over its runs at each step, with a band",
+  "group.by_none": "no grouping", "group.by_config": "config key", "group.by_tag": "tag", "group.by_group": "group",
+  "group.by_name": "name pattern", "group.key_hint": "config key, e.g. optim.lr", "group.pattern_hint": "regex; a capture is the group, else the match is removed",
+  "group.band": "Band", "group.band_help": "The band around each group's mean line", "group.band_std": "mean ± std", "group.band_minmax": "min – max",
+  "group.n_runs": "{n} runs",
 };
 
 export const ZH = {
@@ -302,4 +310,11 @@ export const ZH = {
   "runs.sort_help": "按此列排序（再次点击反转）", "runs.edit_help": "编辑此运行的标签和分组",
   "runs.count": "{n} / {all} 个运行", "runs.tags_hint": "逗号分隔", "runs.save": "保存",
   "runs.config_same": "所选运行的配置相同。", "runs.config_key": "配置项",
+  "overlay.runs": "图上的运行", "overlay.help": "在每张图上叠加其他运行，每个运行一种颜色",
+  "overlay.filter_hint": "筛选：名称、标签、分组或配置（lr=0.0001）", "overlay.all_shown": "选中所列", "overlay.none": "清除所列",
+  "group.by": "分组依据", "group.help": "每组运行画成一条线：每一步为组内各运行的均值，并带阴影区间",
+  "group.by_none": "不分组", "group.by_config": "配置项", "group.by_tag": "标签", "group.by_group": "分组",
+  "group.by_name": "名称模式", "group.key_hint": "配置项，如 optim.lr", "group.pattern_hint": "正则；有捕获组时按捕获分组，否则去掉匹配部分",
+  "group.band": "区间", "group.band_help": "每组均值线周围的区间", "group.band_std": "均值 ± 标准差", "group.band_minmax": "最小 – 最大",
+  "group.n_runs": "{n} 个运行",
 };
