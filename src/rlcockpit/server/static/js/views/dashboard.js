@@ -7,9 +7,11 @@ import { registerView, runHref } from "../router.js";
 import { clear, fmt, h } from "../ui.js";
 import { HEATMAPS, chartSpecs, isDistributed, seriesNames } from "./dashboard_specs.js";
 import { MetricExplorer } from "./metric_panels.js";
+import { overlayFromQuery, overlayToQuery, RunOverlay } from "./overlay.js";
 
 const PREFS_KEY = "rlcockpit.dashboard";
 const REFRESH_MS = 1000;
+const OVERLAY_REFRESH_MS = 10000; // the curves of selected runs that are still running
 const DEFAULTS = { xMode: "step", smoothing: 0.6, klWindow: 10, chart: {} };
 
 function loadPrefs() {
@@ -49,6 +51,8 @@ export function viewFromQuery(query, prefs) {
     const [metrics, runs = ""] = p.split("~");
     return { metrics: metrics.split(",").filter(Boolean), runs: runs.split(",").filter(Boolean) };
   }).filter((p) => p.metrics.length);
+  // other runs on the charts, or groups of runs: runs=a,b&group=config:optim.lr&band=std (overlay.js)
+  out.overlay = overlayFromQuery(query);
   return out;
 }
 
@@ -63,7 +67,7 @@ export function viewToQuery(view) {
   if (view.zoom) q.set("zoom", view.zoom.map((v) => +v.toPrecision(10)).join("~"));
   if (view.q) q.set("q", view.q);
   for (const p of view.panels || []) q.append("panel", `${p.metrics.join(",")}~${(p.runs || []).join(",")}`);
-  return q;
+  return overlayToQuery(view.overlay, q);
 }
 
 class Dashboard {
@@ -75,6 +79,8 @@ class Dashboard {
     this.heatmaps = {};
     this.tools = {};
     this.timers = [];
+    this.baseSpecs = {}; // each chart's own spec (the open run alone); overlay.spec(base) draws many runs
+    this.overlay = new RunOverlay({ runId: ctx.runId, state: this.prefs.overlay, onChange: () => this.applyOverlay() });
   }
 
   chartOpts(id) {
@@ -93,7 +99,7 @@ class Dashboard {
     const openStep = (step) => this.ctx.navigate(runHref(this.ctx.runId, "samples", [], { step_min: step, step_max: step }));
     this.openStep = openStep;
     const units = (this.ctx.summary && this.ctx.summary.metric_units) || {};
-    this.root.append(this.toolbar());
+    this.root.append(this.toolbar(), this.overlay.node());
     // a data-parallel run gets a fourth row: step time, rollout time, gradient norm and memory per rank
     this.distributed = isDistributed(this.ctx.summary && this.ctx.summary.metric_names);
     const rows = [1, 2, 3, ...(this.distributed ? [4] : [])]
@@ -106,6 +112,7 @@ class Dashboard {
         { runId: this.ctx.runId, xMode: this.prefs.xMode, onClickStep: openStep, units });
       chart.opts = this.chartOpts(spec.id);
       this.charts[spec.id] = chart;
+      this.baseSpecs[spec.id] = chart.spec;
       this.tools[spec.id] = chartTools(chart, { onChange: (c) => this.onChartChange(spec.id, c) });
       box.prepend(this.tools[spec.id]);
     }
@@ -193,7 +200,7 @@ class Dashboard {
 
   // Remember the view (localStorage) and put it in the URL without reloading the page.
   persist() {
-    const { zoom, q, panels, ...keep } = this.prefs;
+    const { zoom, q, panels, overlay, ...keep } = this.prefs;
     savePrefs(keep);
     const hash = runHref(this.ctx.runId, "dashboard", [], viewToQuery(this.prefs));
     if (location.hash !== hash) history.replaceState(null, "", hash);
@@ -240,6 +247,9 @@ class Dashboard {
       Object.values(this.charts).forEach((c) => c.setSeries(res.series));
       this.updateOverlays();
       this.applyZoom();
+      this.overlay.mainSeries = res.series;
+      if (this.overlay.active()) this.applyOverlay();
+      this.timers.push(setInterval(() => this.refreshOverlay(), OVERLAY_REFRESH_MS));
     } catch (err) {
       if (this.disposed) return;
       this.showError(err);
@@ -249,6 +259,37 @@ class Dashboard {
     this.loadHeatmaps();
     this.loadSamples();
     this.mountExplorer();
+  }
+
+  // Draw the selected runs (or their groups) on every chart, or the open run alone again.
+  async applyOverlay() {
+    const seq = (this.overlaySeq = (this.overlaySeq || 0) + 1);
+    this.persist();
+    const on = this.overlay.active();
+    try {
+      if (on) await this.overlay.load(seriesNames(this.distributed));
+    } catch (err) {
+      if (!this.disposed) this.overlay.legend.textContent = `${t("state.error")}: ${err.message}`;
+      return;
+    }
+    if (this.disposed || seq !== this.overlaySeq) return;
+    if (!on) this.overlay.renderLegend();
+    for (const [id, c] of Object.entries(this.charts)) {
+      c.spec = on ? this.overlay.spec(this.baseSpecs[id]) : this.baseSpecs[id];
+      c.render();
+    }
+    this.root.classList.toggle("overlaid", on);
+    this.updateOverlays();
+  }
+
+  // Selected runs that are still running: their curves are fetched again.
+  refreshOverlay() {
+    if (this.disposed || !this.overlay.active() || !this.overlay.runs) return;
+    const live = new Set(this.overlay.runs.filter((r) => r.status === "running").map((r) => r.run_id));
+    const stale = this.overlay.others().filter((id) => live.has(id));
+    if (!stale.length) return;
+    stale.forEach((id) => this.overlay.series.delete(id));
+    this.applyOverlay();
   }
 
   showError(err) {
@@ -341,6 +382,8 @@ class Dashboard {
     Object.values(this.heatmaps).forEach((c) => c.dispose());
     if (this.explorer) this.explorer.dispose();
     clearTimeout(this.zoomTimer);
+    this.timers.forEach((tm) => clearInterval(tm));
+    this.overlay.dispose();
     if (window.rlcockpit.dashboard === this) delete window.rlcockpit.dashboard;
   }
 }

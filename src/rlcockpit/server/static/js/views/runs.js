@@ -10,6 +10,9 @@ import { registerRuns, runColor, runLabel, runSwatch } from "../colors.js";
 import { globalHref, registerView, runHref } from "../router.js";
 import { clear, fmt, fmtTime, h, withStates } from "../ui.js";
 import { layoutApi } from "./metric_panels.js";
+import { flatten, loadRuns, withMeta } from "./run_meta.js";
+
+export { flatten };
 
 const COMPARE_DEFAULT = ["reward/mean", "kl/mean", "policy/entropy", "response/length_mean"];
 const COMPARE_CHOICES = [...COMPARE_DEFAULT, "policy/clip_frac", "policy/loss", "value/loss", "grad/norm/actor",
@@ -27,16 +30,6 @@ function emptyRuns() {
     h("p", { class: "muted", text: t("runs.none_serve") }));
 }
 
-// {"optim": {"lr": 1e-5}} -> {"optim.lr": 1e-5}: config columns and the diff use dotted keys.
-export function flatten(obj, prefix = "", out = {}) {
-  for (const [k, v] of Object.entries(obj || {})) {
-    const key = prefix ? `${prefix}.${k}` : k;
-    if (v && typeof v === "object" && !Array.isArray(v)) flatten(v, key, out);
-    else out[key] = v;
-  }
-  return out;
-}
-
 const show = (v) => (v === undefined ? "—" : Array.isArray(v) ? v.join(", ") : typeof v === "number" ? fmt(v, 4) : String(v));
 
 // The keys whose values differ between the runs (a key missing in one run differs too).
@@ -50,20 +43,13 @@ class RunsTable {
   constructor(root, ctx, items, meta) {
     this.root = root;
     this.ctx = ctx;
-    this.items = items.map((r) => this.withMeta(r, meta));
+    this.items = items.map((r) => withMeta(r, meta));
     this.selected = new Set();
     this.sort = { key: ctx.query.get("sort") || "started", desc: ctx.query.get("desc") !== "0" };
     this.filter = ctx.query.get("filter") || "";
     const fromUrl = (ctx.query.get("cols") || "").split(",").filter(Boolean);
     this.cols = fromUrl.length ? fromUrl : JSON.parse(localStorage.getItem(COLS_KEY) || "[]");
     this.configKeys = [...new Set(this.items.flatMap((r) => Object.keys(r.flat)))].sort();
-  }
-
-  withMeta(r, meta) {
-    const own = (meta[r.project] && meta[r.project][r.run_id]) || {};
-    const cfg = r.config || {};
-    const tags = own.tags ?? (Array.isArray(cfg.tags) ? cfg.tags : []);
-    return { ...r, tags, group: own.group ?? (typeof cfg.group === "string" ? cfg.group : ""), flat: flatten(cfg) };
   }
 
   value(r, key) {
@@ -203,22 +189,6 @@ class RunsTable {
       h("thead", {}, h("tr", {}, h("th", { text: t("runs.config_key") }), runs.map((r) => h("th", { text: r.name || r.run_id })))),
       h("tbody", {}, keys.map((k) => h("tr", { dataset: { key: k } }, h("th", { text: k }), runs.map((r) => h("td", { text: show(r.flat[k]) })))))));
   }
-}
-
-async function loadRuns() {
-  const res = await api.runs({ config: true });
-  registerRuns(res.items);
-  const projects = [...new Set(res.items.map((r) => r.project))];
-  const meta = {};
-  await Promise.all(projects.map(async (p) => {
-    try {
-      const l = await layoutApi.get(p);
-      meta[p] = (l.layout && l.layout.runs) || {};
-    } catch {
-      meta[p] = {};
-    }
-  }));
-  return { items: res.items, meta };
 }
 
 function mountRuns(root, ctx) {
