@@ -266,7 +266,7 @@ export class StepChart {
     const series = lines.map((l, i) => {
       const zero = this.zeroOf(l);
       const data = l.steps.map((s, j) => {
-        const x = this.x(s, l.walls ? l.walls[j] : null, zero);
+        const x = this.x(s, l.walls ? l.walls[j] : null, zero, l, j); // the line and index: a subclass's own x (panels)
         if (x < xMin) xMin = x;
         if (x > xMax) xMax = x;
         return [x, yOf(l.values[j]), s, l.rawValues ? l.rawValues[j] : null, l.notes ? l.notes[j] : null];
@@ -290,7 +290,7 @@ export class StepChart {
       const top = Math.max(...hlines.map((l) => l.value));
       option.yAxis.max = (v) => Math.max(v.max, top + 0.05 * Math.abs(top));
     } else {
-      option.yAxis.max = null;
+      option.yAxis.max = option.yAxis.max ?? null; // a subclass's option() may fix it (panels' y range)
     }
     this.chart.setOption(option, { replaceMerge: ["series"] });
     const primary = this.primaryData();
