@@ -1,4 +1,5 @@
-"""Runs, their metric series, latest values, histograms, categories and run comparison."""
+"""Runs, their metric series, latest values, histograms, categories, run comparison and the
+metric summaries of many runs (the runs table's summary columns, the sweep view)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,20 @@ from rlcockpit._version import __version__
 from rlcockpit.records import to_dict
 from rlcockpit.server.deps import Runs, Settings
 from rlcockpit.server.errors import ParameterError
-from rlcockpit.server.query import I64_MAX, I64_MIN, check_cap, check_range, csv, expand_names
+from rlcockpit.server.query import (
+    I64_MAX,
+    I64_MIN,
+    check_cap,
+    check_range,
+    choices,
+    csv,
+    csv_of,
+    expand_names,
+)
 from rlcockpit.server.responses import SafeJSONResponse, json_response
 from rlcockpit.server.routes.base import read_router
 from rlcockpit.server.serialize import lease_item, run_item, series_dict
+from rlcockpit.server.summaries import STATS, BestMode, SummariesPublic, summarize_run
 
 router = read_router("/api", "runs")
 
@@ -134,6 +145,32 @@ def compare(reader: Runs, settings: Settings,
                                    max_points=max_points)
         out[run] = {"series": {n: series_dict(s) for n, s in found.items()}}
     return json_response({"runs": out})
+
+
+@router.get("/summaries", summary="Summaries of metrics over many runs: last, min, max and the "
+                                   "value at the step where an eval metric is best",
+            responses={200: {"model": SummariesPublic, "description": "by run id"}})
+def summaries(reader: Runs, settings: Settings,
+              names: Annotated[str, Query(description="comma-separated metric names (wildcards "
+                                                      "allowed), e.g. reward/mean,eval/*")],
+              stats: Annotated[str, Query(pattern=csv_of(STATS), description="comma-separated: "
+                                          "last, min, max, at_best")] = "last,min,max",
+              best: Annotated[str | None, Query(description="the metric whose best step `at_best` "
+                                                           "reads (an eval metric)")] = "eval/reward/mean",
+              best_mode: Annotated[BestMode, Query(description="best is its maximum (max) or "
+                                                              "minimum (min)")] = "max",
+              runs: Annotated[str | None, Query(description="comma-separated run ids; every run "
+                                                           "when omitted")] = None,
+              ) -> SafeJSONResponse:
+    wanted = choices("stats", stats, STATS, "statistic") or ["last"]
+    run_ids = csv(runs) if runs is not None else [r.run_id for r in reader.list_runs()]
+    out = {}
+    for run in run_ids:
+        reader.get_run(run)  # 404 for an unknown run
+        metric_names = expand_names(csv(names), _metric_names(reader, run, names), limit=settings.max_names)
+        out[run] = summarize_run(reader, run, metric_names, wanted, best or None, best_mode)
+    return json_response({"names": csv(names), "stats": wanted, "best": best or None,
+                          "best_mode": best_mode, "runs": out})
 
 
 def _metric_names(reader: Runs, run: str, names: str | None) -> list[str]:
