@@ -96,7 +96,7 @@ export class HistPanel {
       tooltip: { trigger: "axis", confine: true, valueFormatter: (v) => `${(v * 100).toFixed(1)}%` },
       grid: { left: 52, right: 18, top: head.gridTop, bottom: 30 },
       xAxis: { type: "value", scale: true, axisLabel: { fontSize: 10, color: c.muted, formatter: (v) => fmt(v, 2) }, splitLine: { lineStyle: { color: c.grid } } },
-      yAxis: { type: "value", axisLabel: { fontSize: 10, color: c.muted, formatter: (v) => `${Math.round(v * 100)}%` }, splitLine: { lineStyle: { color: c.grid } } },
+      yAxis: { type: "value", axisLine: { onZero: false }, axisLabel: { fontSize: 10, color: c.muted, formatter: (v) => `${Math.round(v * 100)}%` }, splitLine: { lineStyle: { color: c.grid } } },
       series: shown.map((r, i) => ({ type: "line", step: "middle", name: labels[i], data: shares(r.item), symbol: "none",
         lineStyle: { width: 1.4, color: one ? "#3b82f6" : runColor(r.run) }, itemStyle: { color: one ? "#3b82f6" : runColor(r.run) },
         areaStyle: { opacity: 0.15, color: one ? "#3b82f6" : runColor(r.run) } })),

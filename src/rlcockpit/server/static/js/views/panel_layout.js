@@ -66,16 +66,21 @@ export function quantile(sorted, q) {
   return sorted[q < 0.5 ? Math.ceil(pos) : Math.floor(pos)];
 }
 
-// The y axis limits of a panel: its manual min / max, else with y_robust the 1st–99th percentile
-// of the values (5% padding), else null (the chart's own scale). `values`: every drawn value.
+// The y axis limits of a panel: its manual min / max, else with y_robust the extent of the values
+// that lie within the 1st–99th percentile band widened by half its width each side (so the
+// ordinary extremes stay in view and a spike does not), 5% padding; else null (the chart's own
+// scale). `values`: every drawn value.
 export function yLimits(panel, values) {
   let lo = panel.y_min;
   let hi = panel.y_max;
   if (panel.y_robust && (lo === null || hi === null)) {
     const sorted = values.filter((v) => v !== null && v !== undefined && Number.isFinite(v)).sort((a, b) => a - b);
     if (sorted.length) {
-      const a = quantile(sorted, ROBUST_Q[0]);
-      const b = quantile(sorted, ROBUST_Q[1]);
+      const p1 = quantile(sorted, ROBUST_Q[0]);
+      const p99 = quantile(sorted, ROBUST_Q[1]);
+      const inside = sorted.filter((v) => v >= p1 - (p99 - p1) / 2 && v <= p99 + (p99 - p1) / 2);
+      const a = inside[0];
+      const b = inside[inside.length - 1];
       const pad = (b - a) * 0.05 || Math.abs(b) * 0.05 || 1;
       if (lo === null) lo = a - pad;
       if (hi === null) hi = b + pad;
@@ -87,7 +92,7 @@ export function yLimits(panel, values) {
 // 12500 -> "12.5k", 3e6 -> "3M": ticks of a token or sample count.
 export function compact(v) {
   const a = Math.abs(v);
-  const cut = (x, s) => `${Number(x.toFixed(x < 10 ? 1 : 0))}${s}`;
+  const cut = (x, s) => `${Number(x.toFixed(x < 100 ? 1 : 0))}${s}`;
   if (a >= 1e9) return (v < 0 ? "-" : "") + cut(a / 1e9, "G");
   if (a >= 1e6) return (v < 0 ? "-" : "") + cut(a / 1e6, "M");
   if (a >= 1e4) return (v < 0 ? "-" : "") + cut(a / 1e3, "k");

@@ -19,6 +19,8 @@ export function scatterPoints(xd, yd) {
   return out;
 }
 
+const esc = (text) => String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+
 function download(name, href) {
   const a = Object.assign(document.createElement("a"), { href, download: name });
   document.body.append(a);
@@ -93,8 +95,8 @@ export class ScatterPanel {
       animation: false,
       title: titleOption({ text: this.title, left: 8, top: 4, textStyle: { fontSize: 13, fontWeight: 600, color: c.ink } }, head),
       legend: legendOption({ show: !one, data: labels, textStyle: { color: c.muted } }, head),
-      tooltip: { trigger: "item", confine: true, formatter: (p) => `${p.seriesName}<br>${t("axis.step")} ${p.data[2]}<br>`
-        + `${this.xName}: <b>${fmt(p.data[0], 4)}</b><br>${this.yName}: <b>${fmt(p.data[1], 4)}</b>` },
+      tooltip: { trigger: "item", confine: true, formatter: (p) => `${esc(p.seriesName)}<br>${esc(t("axis.step"))} ${p.data[2]}<br>`
+        + `${esc(this.xName)}: <b>${fmt(p.data[0], 4)}</b><br>${esc(this.yName)}: <b>${fmt(p.data[1], 4)}</b>` },
       grid: { left: 56, right: one ? 64 : 18, top: head.gridTop, bottom: 40 },
       xAxis: axis(this.xName),
       yAxis: { ...axis(this.yName), nameLocation: "end", nameGap: 8, nameTextStyle: { fontSize: 10, color: c.muted, align: "left" }, min, max },
