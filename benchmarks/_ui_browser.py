@@ -134,6 +134,134 @@ def live_step_to_chart(trials: int) -> dict[str, Any]:
     return out
 
 
+# --- cold loads (issue 29): navigation -> first chart in a fresh browser context ---------------
+
+COLD_TARGET_MS = 1000.0
+WATCH_FIRST_CHART = """() => {
+  window.__firstChart = null;
+  const seen = () => {
+    const el = document.getElementById("chart-reward");
+    if (el && Number(el.dataset.points) > 0 && window.__firstChart === null) window.__firstChart = performance.now();
+  };
+  new MutationObserver(seen).observe(document, {subtree: true, attributes: true, attributeFilter: ["data-points"], childList: true});
+}"""
+
+
+class _Requests:
+    """What the DevTools protocol says about a page's requests: who started each one (the HTML
+    parser, or a script: an ES module's import), its Content-Encoding and its bytes on the wire."""
+
+    def __init__(self, cdp: Any) -> None:
+        self.items: dict[str, dict[str, Any]] = {}
+        cdp.on("Network.requestWillBeSent", self._sent)
+        cdp.on("Network.responseReceived", self._received)
+        cdp.on("Network.loadingFinished", self._finished)
+        cdp.send("Network.enable")
+
+    def _sent(self, e: dict[str, Any]) -> None:
+        stack = (e.get("initiator") or {}).get("stack") or {}
+        frames = stack.get("callFrames") or [{}]
+        self.items[e["requestId"]] = {"url": e["request"]["url"], "type": e.get("type"),
+                                      "initiator": (e.get("initiator") or {}).get("type"),
+                                      "by": (e.get("initiator") or {}).get("url") or frames[0].get("url")}
+
+    def _received(self, e: dict[str, Any]) -> None:
+        headers = {k.lower(): v for k, v in e["response"].get("headers", {}).items()}
+        self.items.get(e["requestId"], {}).update(status=e["response"].get("status"),
+                                                  encoding=headers.get("content-encoding", ""))
+
+    def _finished(self, e: dict[str, Any]) -> None:
+        self.items.get(e["requestId"], {}).update(bytes=int(e.get("encodedDataLength", 0)))
+
+    def waves(self) -> int:
+        """Longest chain of requests a request had to wait for (the document is wave 1, what its
+        HTML names is wave 2, a module imported by a wave-2 module wave 3...)."""
+        by_url = {r["url"].split("#")[0]: r for r in self.items.values()}
+        depth: dict[str, int] = {}
+
+        def wave(r: dict[str, Any], seen: int = 0) -> int:
+            if r["type"] == "Document" or seen > 50:
+                return 1
+            if r["url"] not in depth:
+                parent = by_url.get((r.get("by") or "").split("#")[0])
+                depth[r["url"]] = 2 if parent is None or parent is r else 1 + wave(parent, seen + 1)
+            return depth[r["url"]]
+
+        return max((wave(r) for r in self.items.values() if r["type"] in ("Document", "Script")), default=0)
+
+
+def cold_load(browser: Any, url: str) -> dict[str, Any]:
+    """One load of ``url`` in a fresh context (no cache, no cookies, nothing stored): ms from the
+    navigation start to the reward chart's first points; bytes and requests up to 1 s later."""
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    try:
+        page = context.new_page()
+        requests = _Requests(context.new_cdp_session(page))
+        page.add_init_script(f"({WATCH_FIRST_CHART})()")
+        page.goto(url)
+        page.wait_for_function("() => window.__firstChart !== null", timeout=60000)
+        first = page.evaluate("() => window.__firstChart")
+        page.wait_for_timeout(1000)
+        done = [r for r in requests.items.values() if "bytes" in r]
+        scripts = [r for r in done if r["type"] == "Script"]
+        json_ = [r for r in done if "/api/" in r["url"] and r["type"] in ("Fetch", "XHR")]
+        return {"first_chart_ms": first, "bytes": sum(r["bytes"] for r in done), "requests": len(done),
+                "script_waves": requests.waves(), "scripts": len(scripts),
+                "scripts_by_import": sum(r["initiator"] == "script" for r in scripts),
+                "gzip_scripts": sum(r.get("encoding") == "gzip" for r in scripts),
+                "gzip_json": sum(r.get("encoding") == "gzip" for r in json_), "json": len(json_)}
+    finally:
+        context.close()
+
+
+def time_cold_loads(targets: dict[str, str], run_id: str, loads: int = 5) -> dict[str, Any]:
+    """``loads`` cold loads of the run's dashboard on each server of ``targets`` (label -> base
+    URL; e.g. this tree's and a baseline commit's, over the same store), taken in turn so both
+    see the same machine load; one load each first, not counted (the servers' own caches and the
+    OS's page cache warm, as for a user who is not the first to open the run)."""
+    from playwright.sync_api import sync_playwright
+
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in targets}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+        for i in range(loads + 1):
+            for label, base in targets.items():
+                one = cold_load(browser, f"{base}/#/run/{run_id}/dashboard")
+                if i:
+                    runs[label].append(one)
+        browser.close()
+    return {label: _cold_summary(r) for label, r in runs.items()}
+
+
+def _cold_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    firsts = [r["first_chart_ms"] for r in runs]
+    last = runs[-1]
+    return {"loads": len(runs), "first_chart_ms": round(statistics.median(firsts), 1),
+            "first_chart_min_ms": round(min(firsts), 1), "first_chart_max_ms": round(max(firsts), 1),
+            "first_chart_all_ms": [round(x, 1) for x in firsts], "target_ms": COLD_TARGET_MS,
+            "meets_target": statistics.median(firsts) <= COLD_TARGET_MS,
+            "bytes": round(statistics.median(r["bytes"] for r in runs)),
+            **{k: last[k] for k in ("requests", "script_waves", "scripts", "scripts_by_import",
+                                    "gzip_scripts", "json", "gzip_json")}}
+
+
+def cold_first_chart(targets: dict[str, str], run_id: str, loads: int) -> dict[str, Any]:
+    """Cold loads for benchmarks/ui.py: print one line per server and return the JSON entry."""
+    reason = "skipped (--cold-loads 0)" if loads <= 0 else unavailable()
+    if reason:
+        print(f"cold load -> first chart: {reason}")
+        return {"status": reason}
+    out: dict[str, Any] = {"status": "ok", **time_cold_loads(targets, run_id, loads)}
+    for label in targets:
+        o = out[label]
+        print(f"cold load -> first chart [{label}] (Chromium, fresh context, {o['loads']} loads): median "
+              f"{o['first_chart_ms']:.0f} ms ({o['first_chart_min_ms']:.0f}-{o['first_chart_max_ms']:.0f}; "
+              f"target <= {COLD_TARGET_MS:.0f} ms), {o['bytes'] / 1e6:.2f} MB in {o['requests']} requests, "
+              f"{o['script_waves']} waves of scripts ({o['scripts_by_import']} of {o['scripts']} found by an "
+              f"import), gzip: {o['gzip_scripts']}/{o['scripts']} scripts, {o['gzip_json']}/{o['json']} API calls")
+    return out
+
+
 if __name__ == "__main__":  # part 2 alone: python benchmarks/_ui_browser.py [trials]
     import json
     import sys

@@ -21,7 +21,15 @@ drawn on the dashboard's reward chart in Chromium; target <= 2 s (``--live-trial
 
 Part 3 (``_ui_panels.py``, issue 16): the dashboard in Chromium over this fixture — the first
 chart drawn after a page load (target <= 1 s) and a panel of one metric over all runs (target
-<= 300 ms each); ``--browser-loads 0`` skips it.
+<= 300 ms each); ``--browser-loads 0`` skips it. Those loads reuse one browser context, so the
+scripts come from its cache.
+
+Part 4 (``_ui_browser.py``, issue 29): **cold** loads, each in a fresh browser context (no cache,
+nothing stored), from the navigation start to the reward chart's first points (target <= 1 s), with
+the bytes on the wire, the requests, the waves of scripts (how many import hops deep the last
+module was found) and which responses came gzip-encoded. ``--baseline REF`` also serves the same
+store from the code of commit REF (``git archive`` of its ``src/``, its own process) and takes the
+loads of both servers in turn, so "before" and "after" see the same machine load.
 
 Run: ``python benchmarks/ui.py [--quick] [--rebuild]``; the last stdout line is JSON.
 """
@@ -30,11 +38,15 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import hashlib
+import io
 import os
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,7 +54,7 @@ from typing import Any
 
 import numpy as np
 from _common import CATEGORIES, fmt, free_port, machine_info, print_json_last_line
-from _ui_browser import live_step_to_chart
+from _ui_browser import cold_first_chart, live_step_to_chart
 from _ui_panels import time_dashboard
 from store_queries import TextPool, cached, store_salt
 
@@ -225,7 +237,8 @@ class Server:
     """``rlcockpit serve`` on a free loopback port, in its own process (so the client does not
     share its interpreter lock); ``cpu_s()`` reads the server's CPU seconds from /proc."""
 
-    def __init__(self, store_path: Path) -> None:
+    def __init__(self, store_path: Path, src: Path | None = None) -> None:
+        self.src = src  # another tree's src/ (a baseline commit), else the installed rlcockpit
         self.port = free_port()
         self.cmd = [sys.executable, "-m", "rlcockpit", "serve", "--store",
                     f"sqlite:///{store_path}", "--port", str(self.port)]
@@ -234,7 +247,8 @@ class Server:
     def __enter__(self) -> str:
         import httpx
 
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL)
+        env = None if self.src is None else {**os.environ, "PYTHONPATH": str(self.src)}
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, env=env)
         url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60
         while True:
@@ -289,6 +303,27 @@ def build_cached(steps: int, per_step: int, cache: Path, rebuild: bool) -> tuple
     return path, info
 
 
+@contextlib.contextmanager
+def baseline_src(ref: str) -> Iterator[Path]:
+    """``src/`` of commit ``ref`` of this repository, unpacked into a temporary directory."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(root), "archive", ref, "src"], check=True,
+                                 capture_output=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        yield Path(tmp) / "src"
+
+
+def cold_loads(path: Path, base: str, loads: int, baseline: str | None) -> dict[str, Any]:
+    """Part 4: cold loads of this tree's server at ``base`` and, with ``baseline``, of that commit's."""
+    if not baseline or loads <= 0:
+        return cold_first_chart({"this tree": base}, RUN_ID, loads)
+    with baseline_src(baseline) as src, Server(path, src) as old:
+        out = cold_first_chart({"this tree": base, f"baseline {baseline}": old}, RUN_ID, loads)
+    return out
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=100_000)
@@ -302,10 +337,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--browser-loads", type=int, default=5,
                    help="part 3: dashboard page loads timed to the first chart (0 skips part 3)")
     p.add_argument("--panels", type=int, default=15, help="part 3: one-metric panels of all runs timed")
+    p.add_argument("--cold-loads", type=int, default=7,
+                   help="part 4: cold loads (fresh browser context) timed to the first chart (0 skips)")
+    p.add_argument("--baseline", metavar="REF", default=None,
+                   help="part 4: also time the code of this commit on the same store, loads taken in turn")
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.runs, args.live_trials = 2000, 2, min(args.live_trials, 3)
         args.browser_loads, args.panels = min(args.browser_loads, 2), min(args.panels, 4)
+        args.cold_loads = min(args.cold_loads, 2)
     return args
 
 
@@ -318,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         result = time_initial_calls(base, RUN_ID, args.runs, server.cpu_s)
         dashboard = (time_dashboard(base, RUN_ID, args.browser_loads, args.panels) if args.browser_loads
                      else {"skipped": "--browser-loads 0"})
+        cold = cold_loads(path, base, args.cold_loads, args.baseline)
     print(f"dashboard initial API calls, {args.steps} steps x {len(metric_names())} metrics, "
           f"{args.steps * args.samples_per_step} samples ({info['size_mb']} MB)")
     for label, c in result["calls"].items():
@@ -342,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         else round(result["server_cpu_ms"], 1), "target_ms": TARGET_MS,
         "meets_target": result["total_ms"] <= TARGET_MS,
         "calls_ms": {k: round(c["median_ms"], 1) for k, c in result["calls"].items()},
-        "live_step_to_chart": live, "dashboard": dashboard, **info, **machine_info()})
+        "live_step_to_chart": live, "dashboard": dashboard, "cold_first_chart": cold, **info, **machine_info()})
     return 0
 
 

@@ -78,7 +78,9 @@ export async function request(method, path, params, body, { anonymous = false } 
   let resp;
   const extra = body === undefined ? {} : { "Content-Type": "application/json" };
   try {
-    resp = await fetch(`/api${path}${query(params)}`, {
+    // boot.js started this call while the modules loaded (index.html); take it once
+    const booted = method === "GET" && !anonymous && !query(params) && window.__rlcockpitBoot?.take(path);
+    resp = (booted && (await booted)) || await fetch(`/api${path}${query(params)}`, {
       method,
       headers: anonymous ? { Accept: "application/json", ...extra } : headers(extra),
       body: body === undefined ? undefined : JSON.stringify(body),

@@ -114,6 +114,7 @@ async function show() {
   const viewNode = document.getElementById("view");
   unmountView();
   loading(viewNode);
+  const runs = refreshRuns(); // in parallel with the run's summary (never rejects)
   try {
     // global pages (runs, library, compare) keep the open run: its tabs and header stay in reach
     if (route.scope === "run") await openRun(route.runId);
@@ -124,7 +125,7 @@ async function show() {
     return errorState(viewNode, err, () => show());
   }
   if (seq !== state.seq) return;
-  await refreshRuns();
+  await runs;
   if (seq !== state.seq) return;
   renderFrame(route);
   mount(route, viewNode);
