@@ -164,3 +164,63 @@ def test_group_aggregate_counts_the_runs_that_have_each_step(seeds_store, serve,
     assert out["minmax"]["lower"] == [1, 2, 3] and out["minmax"]["upper"] == [3, 4, 5]
     assert out["strip"] == "recipeA" and out["capture"] == "recipeB"
     json.dumps(out)
+
+
+def table_names(page) -> list[str]:
+    return page.eval_on_selector_all("#runs-list tbody tr[data-run] td:nth-child(2) a", "(as) => as.map((a) => a.textContent)")
+
+
+def test_runs_table_summary_columns_sort_the_better_recipe_first(seeds_store, serve, page):
+    uri, ids = seeds_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/runs")
+    page.locator("#runs-list tbody tr").nth(9).wait_for()
+    page.click("#summary-columns summary")
+    page.fill("#summary-metric", "reward/mean")
+    page.check("#summary-columns input[data-stat='max']")
+    page.check("#summary-columns input[data-stat='at_best']")
+    page.click("#summary-add")
+    cell = "#runs-list td.sum-cell[data-col='last:reward/mean']"
+    wait_for(lambda: page.locator(cell).count() == 10 and "—" not in page.locator(cell).all_inner_texts(), what="the summary column")
+    page.click("#runs-list th[data-sort='sum:last:reward/mean']")
+    names = table_names(page)
+    assert [n[:7] for n in names[:5]] == ["recipeB"] * 5 and [n[:7] for n in names[5:]] == ["recipeA"] * 5
+    assert names[0] == "recipeB-seed4"
+    last = [float(x) for x in page.eval_on_selector_all(cell, "(tds) => tds.map((td) => td.dataset.value)")]
+    assert last == sorted(last, reverse=True) and last[0] == pytest.approx(reward("B", 4, STEPS))
+    # at best eval: recipe B's eval peaks at step 25, recipe A's at 15 (the step is the cell's title)
+    at_best = page.locator(f"#runs-list tr[data-run='{ids[5]}'] td.sum-cell[data-col='at_best:reward/mean']")
+    assert float(at_best.get_attribute("data-value")) == pytest.approx(reward("B", 0, 25))
+    assert at_best.get_attribute("title").endswith(" 25")
+    assert "sum=" in href(page) and "sort=sum%3Alast%3Areward%2Fmean" in href(page)
+    # the columns and the sort come back with the link
+    page.goto(href(page).replace("#/runs", "#/library"))
+    page.goto(href(page).replace("#/library", "#/runs"))
+    wait_for(lambda: page.locator(cell).count() == 10 and table_names(page)[0] == "recipeB-seed4", what="the table from its URL")
+
+
+def test_sweep_view_plots_one_point_per_run(seeds_store, serve, page):
+    uri, ids = seeds_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/runs?sum=last:reward/mean&sweep_x=optim.lr&sweep_color=config:optim.lr")
+    page.locator("#sweep-chart[data-points='10']").wait_for()
+    option = page.evaluate("""() => {
+      const o = echarts.getInstanceByDom(document.getElementById('sweep-chart')).getOption();
+      return { x: o.xAxis[0].type, series: o.series.map((s) => ({ name: s.name, color: s.itemStyle.color, n: s.data.length,
+               xs: s.data.map((d) => d.value[0]), ys: s.data.map((d) => d.value[1]) })) };
+    }""")
+    assert option["x"] == "value"  # 1e-5 and 3e-5: a factor of 3, so a linear axis
+    assert [(s["name"], s["n"]) for s in option["series"]] == [("optim.lr=0.00001", 5), ("optim.lr=0.00003", 5)]
+    assert option["series"][0]["color"] != option["series"][1]["color"]
+    assert set(option["series"][1]["xs"]) == {3e-5} and min(option["series"][1]["ys"]) > max(option["series"][0]["ys"])
+    # coloured per run: ten series, each in the run's own colour; the table's filter applies
+    page.select_option("#sweep-color", "run")
+    page.locator("#sweep-chart[data-points='10']").wait_for()
+    colours = page.evaluate("""(ids) => {
+      const o = echarts.getInstanceByDom(document.getElementById('sweep-chart')).getOption();
+      return o.series.map((s) => [s.data[0].run, s.itemStyle.color, window.rlcockpit.colors.runColor(s.data[0].run)]);
+    }""", ids)
+    assert len(colours) == 10 and all(c == want for _, c, want in colours)
+    page.fill("#runs-filter", "recipeB")
+    page.locator("#sweep-chart[data-points='5']").wait_for()
+    assert "sweep_x=optim.lr" in href(page)

@@ -168,6 +168,17 @@ export const EN = {
   "group.by_name": "name pattern", "group.key_hint": "config key, e.g. optim.lr", "group.pattern_hint": "regex; a capture is the group, else the match is removed",
   "group.band": "Band", "group.band_help": "The band around each group's mean line", "group.band_std": "mean ± std", "group.band_minmax": "min – max",
   "group.n_runs": "{n} runs",
+  // the runs table's summary columns and the sweep view (views/summary_cols.js, views/sweep.js)
+  "summary.columns": "Metric columns", "summary.metric": "Metric", "summary.metric_hint": "e.g. reward/mean",
+  "summary.stat_last": "last", "summary.stat_min": "min", "summary.stat_max": "max", "summary.stat_at_best": "at best eval",
+  "summary.add": "Add columns", "summary.remove": "Remove this column", "summary.best": "Best eval metric",
+  "summary.best_help": "“At best eval” is a metric's value at the step where this metric is best",
+  "summary.best_max": "best = highest", "summary.best_min": "best = lowest",
+  "summary.col_last": "{metric} (last)", "summary.col_min": "{metric} (min)", "summary.col_max": "{metric} (max)",
+  "summary.col_at_best": "{metric} (at best {best})",
+  "sweep.title": "Sweep", "sweep.y": "Y", "sweep.x": "X (config)", "sweep.color": "Colour by", "sweep.color_run": "run",
+  "sweep.log_x": "log x", "sweep.need_column": "Add a metric column above to plot it against a config value.",
+  "sweep.need_config": "These runs have no config value to plot against.", "sweep.count": "{n} of {all} runs have both values",
 };
 
 export const ZH = {
@@ -337,4 +348,14 @@ export const ZH = {
   "group.by_name": "名称模式", "group.key_hint": "配置项，如 optim.lr", "group.pattern_hint": "正则；有捕获组时按捕获分组，否则去掉匹配部分",
   "group.band": "区间", "group.band_help": "每组均值线周围的区间", "group.band_std": "均值 ± 标准差", "group.band_minmax": "最小 – 最大",
   "group.n_runs": "{n} 个运行",
+  "summary.columns": "指标列", "summary.metric": "指标", "summary.metric_hint": "如 reward/mean",
+  "summary.stat_last": "最新值", "summary.stat_min": "最小值", "summary.stat_max": "最大值", "summary.stat_at_best": "最佳评估时",
+  "summary.add": "添加列", "summary.remove": "移除此列", "summary.best": "最佳评估指标",
+  "summary.best_help": "“最佳评估时”是该指标在此评估指标最佳那一步的值",
+  "summary.best_max": "越高越好", "summary.best_min": "越低越好",
+  "summary.col_last": "{metric}（最新）", "summary.col_min": "{metric}（最小）", "summary.col_max": "{metric}（最大）",
+  "summary.col_at_best": "{metric}（{best} 最佳时）",
+  "sweep.title": "超参扫描", "sweep.y": "纵轴", "sweep.x": "横轴（配置）", "sweep.color": "着色依据", "sweep.color_run": "运行",
+  "sweep.log_x": "横轴对数", "sweep.need_column": "先在上方添加一个指标列，再按配置值作图。",
+  "sweep.need_config": "这些运行没有可作为横轴的配置值。", "sweep.count": "{n} / {all} 个运行两个值都有",
 };

@@ -1,5 +1,6 @@
-// Runs: the runs table (names, groups, tags, status, config columns chosen by the user, sorting and
-// filtering, the config diff of the selected runs) and the comparison view that overlays any
+// Runs: the runs table (names, groups, tags, status, config columns and metric summary columns
+// chosen by the user — views/summary_cols.js —, sorting and filtering, the config diff of the
+// selected runs, the sweep view under it — views/sweep.js) and the comparison view that overlays any
 // metrics of two or more runs, legends by run name (/api/compare). Tags and groups come from the
 // run's config (`tags`, `group`) or are set here; those set here are kept in the project's saved
 // layout (`runs: {run_id: {tags, group}}`, PUT /api/projects/{project}/layout).
@@ -11,6 +12,8 @@ import { globalHref, registerView, runHref } from "../router.js";
 import { clear, fmt, fmtTime, h, withStates } from "../ui.js";
 import { layoutApi } from "./metric_panels.js";
 import { flatten, loadRuns, withMeta } from "./run_meta.js";
+import { SummaryColumns } from "./summary_cols.js";
+import { SweepView } from "./sweep.js";
 
 export { flatten };
 
@@ -50,6 +53,7 @@ class RunsTable {
     const fromUrl = (ctx.query.get("cols") || "").split(",").filter(Boolean);
     this.cols = fromUrl.length ? fromUrl : JSON.parse(localStorage.getItem(COLS_KEY) || "[]");
     this.configKeys = [...new Set(this.items.flatMap((r) => Object.keys(r.flat)))].sort();
+    this.summary = new SummaryColumns({ query: ctx.query, onChange: () => this.summaryChanged() });
   }
 
   value(r, key) {
@@ -59,7 +63,9 @@ class RunsTable {
       case "started": return r.started_at || 0;
       case "heartbeat": return r.heartbeat_at || 0;
       case "last_step": return r.last_step ?? -1;
-      default: return key.startsWith("config:") ? r.flat[key.slice(7)] : r[key];
+      default:
+        if (key.startsWith("sum:")) return this.summary.value(r.run_id, key.slice(4));
+        return key.startsWith("config:") ? r.flat[key.slice(7)] : r[key];
     }
   }
 
@@ -89,9 +95,34 @@ class RunsTable {
     this.diffBtn = h("button", { class: "btn", id: "diff-btn", disabled: true, text: t("runs.config_diff"), onclick: () => this.renderDiff() });
     this.table = h("table", { class: "list", id: "runs-list" });
     this.diffBox = h("div", { id: "config-diff" });
-    this.root.append(h("div", { class: "metrics-toolbar" }, this.filterInput, this.columnChooser(),
-      h("span", { class: "muted small", id: "runs-count" })), this.table,
-    h("div", { class: "toolbar" }, this.compareBtn, this.diffBtn, h("span", { class: "muted", text: t("runs.compare_help") })), this.diffBox);
+    this.summaryChooser = this.summary.chooser(this.metricNames());
+    this.summaryNote = h("div", { id: "summary-note" });
+    const sweepBox = h("div", { id: "sweep-root" });
+    this.root.append(h("div", { class: "metrics-toolbar" }, this.filterInput, this.columnChooser(), this.summaryChooser,
+      h("span", { class: "muted small", id: "runs-count" })), this.table, this.summaryNote,
+    h("div", { class: "toolbar" }, this.compareBtn, this.diffBtn, h("span", { class: "muted", text: t("runs.compare_help") })), this.diffBox, sweepBox);
+    this.sweep = new SweepView(sweepBox, { query: this.ctx.query, summary: this.summary, configKeys: () => this.configKeys,
+      navigate: this.ctx.navigate, onChange: () => this.persistUrl() });
+    this.sweep.mount();
+    this.render();
+    if (this.summary.cols.length) this.summaryChanged();
+  }
+
+  // metric names to suggest for summary columns: the open run's
+  metricNames() {
+    const s = window.rlcockpit.state && window.rlcockpit.state.summary;
+    return (s && s.metric_names) || [];
+  }
+
+  async summaryChanged() {
+    const open = this.summaryChooser.open;
+    const next = this.summary.chooser(this.metricNames());
+    next.open = open;
+    this.summaryChooser.replaceWith(next);
+    this.summaryChooser = next;
+    await this.summary.load();
+    if (this.disposed) return;
+    this.summary.status(this.summaryNote);
     this.render();
   }
 
@@ -117,6 +148,8 @@ class RunsTable {
     q.set("sort", this.sort.key);
     q.set("desc", this.sort.desc ? "1" : "0");
     if (this.cols.length) q.set("cols", this.cols.join(","));
+    this.summary.toQuery(q);
+    if (this.sweep) this.sweep.toQuery(q);
     history.replaceState(null, "", globalHref("runs", [], q));
   }
 
@@ -128,7 +161,8 @@ class RunsTable {
       label, active ? (this.sort.desc ? " ↓" : " ↑") : "");
     };
     return h("thead", {}, h("tr", {}, h("th", {}),
-      BASE_COLS.map((c) => cell(c, t(`runs.${c}`))), this.cols.map((k) => cell(`config:${k}`, k)), h("th", {})));
+      BASE_COLS.map((c) => cell(c, t(`runs.${c}`))), this.cols.map((k) => cell(`config:${k}`, k)),
+      this.summary.cols.map((c) => cell(`sum:${c}`, this.summary.label(c))), h("th", {})));
   }
 
   row(r) {
@@ -144,14 +178,23 @@ class RunsTable {
       h("td", { class: "run-tags" }, r.tags.map((x) => h("span", { class: "pill tag", text: x }))),
       h("td", {}, h("span", { class: `status status-${r.status}`, text: t(`status.${r.status}`) })),
       h("td", { text: fmtTime(r.started_at) }), h("td", { text: fmt(r.last_step ?? null) }), h("td", { text: fmtTime(r.heartbeat_at) }),
-      this.cols.map((k) => h("td", { class: "config-cell", dataset: { key: k }, text: show(r.flat[k]) })), h("td", {}, edit));
+      this.cols.map((k) => h("td", { class: "config-cell", dataset: { key: k }, text: show(r.flat[k]) })),
+      this.summary.cols.map((c) => this.summaryCell(r, c)), h("td", {}, edit));
     return tr;
+  }
+
+  summaryCell(r, c) {
+    const v = this.summary.value(r.run_id, c);
+    const best = c.startsWith("at_best:") ? this.summary.bestStep(r.run_id) : null;
+    return h("td", { class: "sum-cell num-cell", dataset: { col: c, value: v === null ? "" : String(v) }, text: fmt(v, 4),
+      title: best === null ? null : `${t("axis.step")} ${best}` });
   }
 
   render() {
     const rows = this.visible();
     clear(this.table).append(this.header(), h("tbody", {}, rows.map((r) => this.row(r))));
     this.root.querySelector("#runs-count").textContent = t("runs.count", { n: rows.length, all: this.items.length });
+    if (this.sweep) this.sweep.render(rows);
     this.persistUrl();
   }
 
@@ -174,10 +217,15 @@ class RunsTable {
       Object.assign(r, next);
       this.render();
     } });
-    const form = h("tr", { class: "run-edit-row" }, h("td", { colspan: String(BASE_COLS.length + this.cols.length + 2) },
+    const form = h("tr", { class: "run-edit-row" }, h("td", { colspan: String(BASE_COLS.length + this.cols.length + this.summary.cols.length + 2) },
       h("label", { class: "tb-label" }, t("runs.tags"), " ", tags), " ", h("label", { class: "tb-label" }, t("runs.group"), " ", group), " ", save, " ", msg));
     tr.after(form);
     tags.focus();
+  }
+
+  dispose() {
+    this.disposed = true;
+    if (this.sweep) this.sweep.dispose();
   }
 
   renderDiff() {
@@ -193,12 +241,17 @@ class RunsTable {
 
 function mountRuns(root, ctx) {
   const body = h("div", { class: "runs-page" });
+  let table = null;
   root.append(h("h2", { text: t("runs.title") }), body);
   withStates(body, loadRuns, ({ items, meta }) => {
     if (!items.length) return body.append(emptyRuns());
-    new RunsTable(body, ctx, items, meta).mount();
+    table = new RunsTable(body, ctx, items, meta);
+    table.mount();
   });
-  return () => clear(root);
+  return () => {
+    if (table) table.dispose();
+    clear(root);
+  };
 }
 
 // One metric of several runs, a line per run (legend: the run's name), with the step charts'
