@@ -226,21 +226,28 @@ def time_cold_loads(targets: dict[str, str], run_id: str, loads: int = 5) -> dic
         browser = pw.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
         for i in range(loads + 1):
             for label, base in targets.items():
-                one = cold_load(browser, f"{base}/#/run/{run_id}/dashboard")
+                try:
+                    one = cold_load(browser, f"{base}/#/run/{run_id}/dashboard")
+                except Exception as err:  # noqa: BLE001 (a load that never drew is counted, not fatal)
+                    one = {"failed": f"{type(err).__name__}: {str(err)[:200]}"}
                 if i:
                     runs[label].append(one)
         browser.close()
     return {label: _cold_summary(r) for label, r in runs.items()}
 
 
-def _cold_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def _cold_summary(all_runs: list[dict[str, Any]]) -> dict[str, Any]:
+    runs = [r for r in all_runs if "failed" not in r]
+    failed = [r["failed"] for r in all_runs if "failed" in r]
+    if not runs:
+        return {"loads": 0, "failed": failed}
     firsts = [r["first_chart_ms"] for r in runs]
     last = runs[-1]
     return {"loads": len(runs), "first_chart_ms": round(statistics.median(firsts), 1),
             "first_chart_min_ms": round(min(firsts), 1), "first_chart_max_ms": round(max(firsts), 1),
             "first_chart_all_ms": [round(x, 1) for x in firsts], "target_ms": COLD_TARGET_MS,
             "meets_target": statistics.median(firsts) <= COLD_TARGET_MS,
-            "bytes": round(statistics.median(r["bytes"] for r in runs)),
+            "bytes": round(statistics.median(r["bytes"] for r in runs)), "failed": failed,
             **{k: last[k] for k in ("requests", "script_waves", "scripts", "scripts_by_import",
                                     "gzip_scripts", "json", "gzip_json")}}
 
@@ -254,6 +261,9 @@ def cold_first_chart(targets: dict[str, str], run_id: str, loads: int) -> dict[s
     out: dict[str, Any] = {"status": "ok", **time_cold_loads(targets, run_id, loads)}
     for label in targets:
         o = out[label]
+        if not o["loads"]:
+            print(f"cold load -> first chart [{label}]: every load failed: {o['failed'][:1]}")
+            continue
         print(f"cold load -> first chart [{label}] (Chromium, fresh context, {o['loads']} loads): median "
               f"{o['first_chart_ms']:.0f} ms ({o['first_chart_min_ms']:.0f}-{o['first_chart_max_ms']:.0f}; "
               f"target <= {COLD_TARGET_MS:.0f} ms), {o['bytes'] / 1e6:.2f} MB in {o['requests']} requests, "

@@ -138,19 +138,19 @@ class StaticAssets(StaticFiles):
         if etag in [t.strip().removeprefix("W/") for t in request.get("if-none-match", "").split(",")]:
             return Response(status_code=304, headers={k: v for k, v in headers.items()
                                                       if k.lower() != "content-type"})
-        body = await anyio.to_thread.run_sync(self._gzip, str(response.path), etag)
+        path = str(response.path)
+        with self._lock:
+            body = self._gzipped.get((path, etag))
+        if body is None:  # compressed once per version of the file, off the event loop
+            body = await anyio.to_thread.run_sync(self._gzip, path, etag)
         return Response(body, headers=headers, media_type=response.media_type)
 
     def _gzip(self, path: str, etag: str) -> bytes:
-        key = (path, etag)
+        body = gzip.compress(Path(path).read_bytes(), GZIP_LEVEL, mtime=0)
         with self._lock:
-            body = self._gzipped.get(key)
-        if body is None:
-            body = gzip.compress(Path(path).read_bytes(), GZIP_LEVEL, mtime=0)
-            with self._lock:
-                for old in [k for k in self._gzipped if k[0] == path]:
-                    del self._gzipped[old]  # an older version of the file
-                self._gzipped[key] = body
+            for old in [k for k in self._gzipped if k[0] == path]:
+                del self._gzipped[old]  # an older version of the file
+            self._gzipped[(path, etag)] = body
         return body
 
 
