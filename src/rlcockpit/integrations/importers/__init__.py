@@ -220,6 +220,7 @@ def import_config(parsed: ParsedImport) -> dict[str, Any]:
         "unstored_sample_keys": sorted(parsed.unstored_sample_keys),
         "ignored_files": parsed.ignored_files,
         "key_map": dict(sorted(parsed.key_map.items())),
+        "logged_keys": dict(sorted(parsed.logged_keys.items())),
         "step_key": parsed.step_key,
         "derived": {name: {"steps": count, "formula": DERIVED_FORMULAS.get(name, "")}
                     for name, count in sorted(parsed.derived.items())},

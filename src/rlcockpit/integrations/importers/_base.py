@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcockpit.errors import ImportFormatError
-from rlcockpit.integrations.aliases import UNKNOWN_SOURCE, detect_source, rename_keys
+from rlcockpit.integrations.aliases import IMPORT_PREFIX, UNKNOWN_SOURCE, detect_source, rename_keys
 from rlcockpit.records import MetricPoint, SampleRecord, decode_float
 
 
@@ -42,6 +42,7 @@ class ParsedImport:
     ignored_files: dict[str, str] = field(default_factory=dict)  # path -> why it was left out
     derived: dict[str, int] = field(default_factory=dict)  # derived catalog name -> steps
     key_map: dict[str, str] = field(default_factory=dict)  # the user's --map, as applied
+    logged_keys: dict[str, str] = field(default_factory=dict)  # stored name -> key as logged, if renamed
     step_key: str | None = None  # the user's --step-key, as applied
     notes: list[str] = field(default_factory=list)  # what a reader wants the user to know
     elapsed: dict[int, float] = field(default_factory=dict)  # step -> seconds since the run began
@@ -65,6 +66,7 @@ class ParsedImport:
         self.ignored_files.update(other.ignored_files)
         self.notes.extend(other.notes)
         self.elapsed.update(other.elapsed)
+        self.logged_keys.update(other.logged_keys)
         for name, count in other.derived.items():
             self.derived[name] = self.derived.get(name, 0) + count
 
@@ -93,6 +95,8 @@ def add_foreign_steps(parsed: ParsedImport, rows: Mapping[int, Mapping[str, tupl
         for key, name in rename_keys(values, source, key_map).items():
             value, wall_time = values[key]
             parsed.add_metric(step, name, value, wall_time)
+            if name != key and not name.startswith(IMPORT_PREFIX):  # import/<source>/<key> says it
+                parsed.logged_keys.setdefault(name, key)  # so a search finds it by either name
     parsed.sources.add(source)
     return source
 

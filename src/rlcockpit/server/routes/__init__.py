@@ -1,12 +1,13 @@
 """Every route of the API, one module per resource group (docs/server.md, docs/control.md).
 
 Read routes (any viewer; always served): ``runs`` (runs, series, latest, histograms, categories,
-compare, health), ``samples``, ``diagnostics`` (findings, incidents, snapshots, phases, events,
-checkpoints), ``library``, ``cost``, ``layouts`` and ``stream`` (the live tail as server-sent
-events). Control routes (served when ``create_app`` is given a control plane): ``tickets``
-(tickets and commands), ``params`` (a run's live parameters), ``audit`` (the audit log and
-``/api/me``), ``review`` (the review queue) and ``session`` (sign-in: a one-time code or an API
-token exchanged for an expiring session, and sign-out).
+compare, health), ``metric_names`` (every run's names and logged keys: the cross-run search),
+``samples``, ``diagnostics`` (findings, incidents, snapshots, phases, events, checkpoints),
+``library``, ``cost``, ``layouts`` and ``stream`` (the live tail as server-sent events). Control
+routes (served when ``create_app`` is given a control plane): ``tickets`` (tickets and commands),
+``params`` (a run's live parameters), ``audit`` (the audit log and ``/api/me``), ``review`` (the
+review queue) and ``session`` (sign-in: a one-time code or an API token exchanged for an expiring
+session, and sign-out).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rlcockpit.server.routes import (
     diagnostics,
     layouts,
     library,
+    metric_names,
     params,
     review,
     runs,
@@ -27,5 +29,5 @@ from rlcockpit.server.routes import (
 )
 
 READ_ROUTERS = (runs.router, samples.router, diagnostics.router, library.router, stream.router,
-                cost.router, layouts.router)
+                cost.router, layouts.router, metric_names.router)
 CONTROL_ROUTERS = (tickets.router, params.router, audit.router, review.router, session.router)

@@ -47,13 +47,17 @@ def list_runs(reader: Runs,
 
 
 @router.get("/runs/{run}", summary="One run: info and config, step range, metric and histogram "
-                                   "names, sample count, findings by severity, dropped records, "
-                                   "the process writing it (its lease)")
+                                   "names (with the keys an imported run logged them as), sample "
+                                   "count, findings by severity, dropped records, the process "
+                                   "writing it (its lease)")
 def run_summary(run: str, reader: Runs) -> SafeJSONResponse:
+    from rlcockpit.integrations.logged_keys import logged_keys
+
     s = reader.summary(run)
     return json_response({
         "run": to_dict(s.run), "steps": s.steps, "first_step": s.first_step,
         "last_step": s.last_step, "metric_names": list(s.metric_names),
+        "logged_keys": logged_keys(s.metric_names, s.run.config),
         "histogram_names": reader.histogram_names(run), "samples": s.samples,
         "findings_by_severity": s.findings_by_severity, "dropped_total": s.dropped_total,
         "missing_steps": s.missing_steps,

@@ -102,6 +102,9 @@ class Dashboard {
     this.root.append(this.toolbar(), this.overlay.node());
     // a data-parallel run gets a fourth row: step time, rollout time, gradient norm and memory per rank
     this.distributed = isDistributed(this.ctx.summary && this.ctx.summary.metric_names);
+    // asked for now, drawn in load(): the charts below take a while to build (issue 29: first chart)
+    this.firstSeries = api.series(this.ctx.runId, seriesNames(this.distributed));
+    this.firstSeries.catch(() => {}); // load() reports a failure
     const rows = [1, 2, 3, ...(this.distributed ? [4] : [])]
       .map((n) => h("div", { class: `dash-row row-${n}`, dataset: { row: String(n) } }));
     this.root.append(...rows);
@@ -138,7 +141,7 @@ class Dashboard {
     const s = this.ctx.summary || {};
     this.explorer = new MetricExplorer(this.explorerRoot, {
       runId: this.ctx.runId, project: (s.run && s.run.project) || "default", names: s.metric_names || [],
-      units: s.metric_units || {}, runs: (window.rlcockpit.state && window.rlcockpit.state.runs) || [],
+      units: s.metric_units || {}, loggedKeys: s.logged_keys || {}, runs: (window.rlcockpit.state && window.rlcockpit.state.runs) || [],
       xMode: this.prefs.xMode, chartOpts: (id) => this.chartOpts(id), onChartChange: (id, c) => this.onChartChange(id, c),
       openStep: this.openStep, query: this.prefs.q, onQuery: (q) => { this.prefs.q = q; this.persist(); },
       urlPanels: this.prefs.panels || [] });
@@ -242,7 +245,8 @@ class Dashboard {
   async load() {
     const runId = this.ctx.runId;
     try {
-      const res = await api.series(runId, seriesNames(this.distributed));
+      const res = await (this.firstSeries || api.series(runId, seriesNames(this.distributed)));
+      this.firstSeries = null;
       if (this.disposed) return;
       Object.values(this.charts).forEach((c) => c.setSeries(res.series));
       this.updateOverlays();

@@ -7,6 +7,7 @@ import { api } from "../api.js";
 import { chartTools, StepChart } from "../charts.js";
 import { t } from "../i18n.js";
 import { h } from "../ui.js";
+import { metricMatcher } from "../search.js";
 import { UserPanels } from "./panel_grid.js";
 import { normalizePanel, orderSections } from "./panel_layout.js";
 
@@ -30,14 +31,11 @@ export function groupBySection(names) {
   return out;
 }
 
-// A search matches a name by substring, or by glob when it has a `*` (case-insensitive); several
-// words must all match.
-export function matches(name, query) {
-  const words = String(query || "").toLowerCase().split(/\s+/).filter(Boolean);
-  const n = name.toLowerCase();
-  return words.every((w) => (w.includes("*")
-    ? new RegExp(`^${w.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*")}$`).test(n)
-    : n.includes(w)));
+// A search matches a name, or the key it was logged as (`key`, an imported run's logged_keys), by
+// substring, by glob when it has a `*`, or by /regex/ (case-insensitive); several words must all
+// match (js/search.js).
+export function matches(name, query, key) {
+  return metricMatcher(query)(name, key);
 }
 
 // Expand a panel's metric list (exact names or globs) against the names the runs have.
@@ -65,7 +63,7 @@ export class MetricExplorer {
 
   mount() {
     this.search = h("input", { type: "search", id: "metric-search", class: "metric-search", value: this.o.query || "",
-      placeholder: t("metrics.search_hint"), "aria-label": t("metrics.search"), oninput: () => this.applySearch() });
+      placeholder: t("metrics.search_hint"), "aria-label": t("metrics.search"), title: t("search.help"), oninput: () => this.applySearch() });
     this.count = h("span", { class: "muted small", id: "metric-count" });
     this.formBox = h("div", { class: "panel-form-box", id: "panel-form-box", hidden: true });
     this.panelGrid = h("div", { class: "panel-grid", id: "user-panels" });
@@ -113,7 +111,7 @@ export class MetricExplorer {
 
   // Draw the section's charts (those matching the search) and fetch their curves in one request.
   async fillSection(det) {
-    const wanted = det.names.filter((n) => !this.query() || matches(n, this.query())).slice(0, SEARCH_LIMIT);
+    const wanted = det.names.filter((n) => !this.query() || matches(n, this.query(), this.loggedKey(n))).slice(0, SEARCH_LIMIT);
     const fresh = wanted.filter((n) => !this.charts.has(`m:${n}`));
     for (const n of fresh) det.grid.append(this.metricBox(n));
     if (!fresh.length) return;
@@ -129,7 +127,9 @@ export class MetricExplorer {
   metricBox(name) {
     const id = `m:${name}`;
     const plot = h("div", { class: "chart", id: `metric-${domId(name)}`, dataset: { metric: name, points: "0" } });
-    const box = h("section", { class: "chart-box", dataset: { metric: name } }, plot);
+    const key = this.loggedKey(name);
+    const box = h("section", { class: "chart-box", dataset: { metric: name, ...(key ? { loggedAs: key } : {}) },
+      ...(key ? { title: t("search.logged_as", { key }) } : {}) }, plot);
     const spec = { id: domId(name), title: name, names: [name], primary: name,
       lines: (data) => { const d = data.get(name); return d && d.steps.length ? [{ name, label: name, steps: d.steps, values: d.values, walls: d.walls }] : []; } };
     const chart = new StepChart(plot, spec, { runId: this.o.runId, xMode: this.o.xMode, units: this.o.units, onClickStep: this.o.openStep });
@@ -144,23 +144,29 @@ export class MetricExplorer {
     return this.search.value.trim();
   }
 
+  loggedKey(name) {
+    return (this.o.loggedKeys || {})[name];
+  }
+
   applySearch(initial = false) {
     const q = this.query();
     let shown = 0;
     let total = 0;
     for (const det of this.sectionBox.children) {
-      const hits = det.names.filter((n) => !q || matches(n, q));
+      const hits = det.names.filter((n) => !q || matches(n, q, this.loggedKey(n)));
       total += hits.length;
       det.hidden = hits.length === 0;
       det.querySelector("summary .muted").textContent = q ? ` · ${hits.length}/${det.names.length}` : ` · ${det.names.length}`;
-      for (const box of det.grid.children) if (box.dataset.metric) box.hidden = !!q && !matches(box.dataset.metric, q);
+      for (const box of det.grid.children) if (box.dataset.metric) box.hidden = !!q && !matches(box.dataset.metric, q, box.dataset.loggedAs);
       if (q && hits.length && shown < SEARCH_LIMIT) {
         shown += hits.length;
         if (det.open) this.fillSection(det);
         else det.open = true; // the toggle event fills it
       }
     }
-    this.count.textContent = t("metrics.count", { n: q ? total : this.o.names.length, all: this.o.names.length });
+    const bad = metricMatcher(q).error;
+    this.count.textContent = bad ? t("search.bad_regex", { error: bad })
+      : t("metrics.count", { n: q ? total : this.o.names.length, all: this.o.names.length });
     if (!initial && this.o.onQuery) this.o.onQuery(q);
   }
 

@@ -11,6 +11,7 @@ import { registerRuns, runColor, runLabel, runSwatch } from "../colors.js";
 import { globalHref, registerView, runHref } from "../router.js";
 import { clear, fmt, fmtTime, h, withStates } from "../ui.js";
 import { layoutApi } from "./metric_panels.js";
+import { crossRunSearch } from "./metric_search.js";
 import { flatten, loadRuns, withMeta } from "./run_meta.js";
 import { SummaryColumns } from "./summary_cols.js";
 import { SweepView } from "./sweep.js";
@@ -247,6 +248,7 @@ function mountRuns(root, ctx) {
     if (!items.length) return body.append(emptyRuns());
     table = new RunsTable(body, ctx, items, meta);
     table.mount();
+    body.append(crossRunSearch()); // which runs logged a metric (views/metric_search.js)
   });
   return () => {
     if (table) table.dispose();
