@@ -43,6 +43,8 @@ def seeds_store(tmp_path_factory) -> tuple[str, list[str]]:
                            "value/loss": 0.5 - 0.01 * step, "response/length_mean": 12.0 + step % 3}
                 if step % 5 == 0:
                     metrics["eval/reward/mean"] = eval_reward(recipe, seed, step)
+                if recipe == "B":  # a metric recipe A never logs
+                    metrics["policy/clip_frac"] = 0.1 + 0.001 * step
                 run.log(step, metrics)
                 run.commit(step)
             run.close()
@@ -92,6 +94,11 @@ def test_dashboard_selector_overlays_runs_in_one_colour_per_run(seeds_store, ser
                                   for part in ("actor loss", "critic loss")), loss
     legend = page.eval_on_selector_all("#overlay-legend .overlay-item", "(xs) => xs.map((x) => [x.textContent, x.dataset.color])")
     assert [tuple(x) for x in legend] == [tuple(x) for x in colours]
+    # a metric only the selected run logged: its chart shows that run, not "Not logged by this run"
+    clip = {s["name"]: s["color"] for s in solid_lines(page, "clip")}
+    assert list(clip) == [f"{colours[2][0]} · policy clip"] and clip[f"{colours[2][0]} · policy clip"] == colours[2][1]
+    assert page.locator("#chart-clip ~ .chart-empty").is_hidden()
+    assert page.locator("#chart-grad ~ .chart-empty").is_visible()
     # the view is in the URL: a reload shows the same overlay
     page.reload()
     wait_for(lambda: len(solid_lines(page, "reward")) == 3, what="the overlay after a reload")

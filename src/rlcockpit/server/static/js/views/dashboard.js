@@ -311,7 +311,8 @@ class Dashboard {
   // other metrics have steps) a metric this run never logged.
   updateOverlays() {
     const all = [...Object.values(this.charts), ...Object.values(this.heatmaps)];
-    const hasData = (c) => Number(c.el.dataset.points) > 0 || (c.data && [...c.data.values()].some((d) => d.steps.length));
+    const hasData = (c) => Number(c.el.dataset.points) > 0 || (c.data && [...c.data.values()].some((d) => d.steps.length))
+      || (c.spec && c.spec.overlay && this.overlay.drawn.get(c.spec.id) > 0); // other runs on the chart
     const status = this.status ?? (this.ctx.summary && this.ctx.summary.run && this.ctx.summary.run.status);
     const notLogged = (status && status !== "running") || all.some(hasData);
     for (const c of all) {

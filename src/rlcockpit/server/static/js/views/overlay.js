@@ -54,6 +54,7 @@ export class RunOverlay {
     this.series = new Map(); // run id -> {metric name: {steps, values, wall_times, downsampled}}
     this.mainSeries = {}; // the open run's first answer (its curves' `downsampled`)
     this.runs = null; // runs with their config, tags and group (run_meta.js), loaded when needed
+    this.drawn = new Map(); // chart id -> lines drawn in the overlay (an empty chart says why only when 0)
   }
 
   active() {
@@ -255,6 +256,7 @@ export class RunOverlay {
         out.push({ name, label: label(runLabel(r)), steps: d.steps, values: d.values, walls: d.walls, color: runColor(r), dashed, run: r });
       }
     }
+    this.drawn.set(base.id, out.length);
     return [...out, ...bands];
   }
 
