@@ -231,3 +231,18 @@ def test_sweep_view_plots_one_point_per_run(seeds_store, serve, page):
     page.fill("#runs-filter", "recipeB")
     page.locator("#sweep-chart[data-points='5']").wait_for()
     assert "sweep_x=optim.lr" in href(page)
+
+
+def test_many_runs_labels_in_chinese(seeds_store, serve, zh_page):
+    uri, ids = seeds_store
+    server = serve(uri)
+    page = zh_page
+    page.goto(f"{server.url}/#/run/{ids[0]}/dashboard?runs={ids[5]}&group=name:-seed%5Cd%2B")
+    wait_for(lambda: [s["name"] for s in solid_lines(page, "reward")] == ["recipeA", "recipeB"], what="groups in 中文")
+    bar = page.locator("#overlay-bar").inner_text()
+    assert "图上的运行" in bar and "分组依据" in bar and "均值 ± 标准差" in bar and "Group by" not in bar
+    page.goto(f"{server.url}/#/runs?sum=last:reward/mean&sweep_x=optim.lr")
+    page.locator("#sweep-chart[data-points='10']").wait_for()
+    assert "reward/mean（最新）" in page.locator("#runs-list thead").inner_text()
+    sweep = page.locator("#sweep").inner_text()
+    assert "超参扫描" in sweep and "着色依据" in sweep and "Colour by" not in sweep

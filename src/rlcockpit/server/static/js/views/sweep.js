@@ -128,7 +128,7 @@ export class SweepView {
       tooltip: { trigger: "item", confine: true, formatter: (p) => `${esc(p.data.name)}<br>${esc(this.x)}: ${esc(fmt(p.data.raw, 4))}<br>${esc(this.o.summary.label(this.y))}: <b>${esc(fmt(p.data.value[1], 4))}</b>` },
       grid: { left: 60, right: 24, top: 56 + 14 * Math.min(6, Math.floor(points.length / 8)), bottom: 40 },
       xAxis: numeric
-        ? { type: log ? "log" : "value", scale: true, name: this.x, ...pad(log), nameLocation: "middle", nameGap: 24, axisLabel: { ...axisLabel, formatter: (v) => fmt(v, 3) }, nameTextStyle: axisLabel, splitLine: { lineStyle: { color: c.grid } } }
+        ? { type: log ? "log" : "value", scale: true, name: this.x, ...pad(log), nameLocation: "middle", nameGap: 24, axisLabel: { ...axisLabel, formatter: (v) => fmt(v, 3), showMinLabel: false, showMaxLabel: false }, nameTextStyle: axisLabel, splitLine: { lineStyle: { color: c.grid } } }
         : { type: "category", data: cats, name: this.x, nameLocation: "middle", nameGap: 24, axisLabel, nameTextStyle: axisLabel },
       yAxis: { type: "value", scale: true, name: this.o.summary.label(this.y), nameTextStyle: { ...axisLabel, align: "left" }, axisLabel, splitLine: { lineStyle: { color: c.grid } } },
       series: this.series(points, xOf),
