@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlcockpit.diagnostics.base import NEWS  # the statuses that tell a person something new
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _detection_grid import (  # noqa: E402
     BASELINE_SEED,
@@ -292,7 +294,7 @@ def first_divergence(fault: dict[int, dict[str, float]], twin: dict[int, dict[st
 
 
 def _raised(rows: Iterable[dict[str, Any]], lo: int, hi: int) -> list[dict[str, Any]]:
-    return [f for f in rows if f["status"] in ("raised", "escalated") and lo <= f["step"] <= hi]
+    return [f for f in rows if f["status"] in NEWS and lo <= f["step"] <= hi]
 
 
 def score_fault(o: Outcome, twin: Outcome | None) -> dict[str, Any]:

@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlcockpit.diagnostics.base import NEWS  # the statuses that tell a person something new
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = ROOT.parent / "shared" / "real_runs"
 DOCS = ROOT / "docs" / "detection.md"
@@ -264,7 +266,7 @@ def evaluate(entry: dict[str, Any], corpus: Path, store_uri: str) -> RunResult:
     family_of = {c.detector: c.family for c in report.coverage}  # the detector class's family
     result.findings = [{"step": f.step, "detector": f.detector, "severity": f.severity,
                         "family": family_of.get(f.detector, ""), "message": f.message}
-                       for f in report.findings if f.status in ("raised", "escalated")]
+                       for f in report.findings if f.status in NEWS]
     result.coverage = list(report.coverage)
     result.logged = logged
     result.derived = dict(parsed.derived)

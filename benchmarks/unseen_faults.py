@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlcockpit.diagnostics.base import NEWS  # the statuses that tell a person something new
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "examples" / "ppo_tiny.yaml"
 WINDOW = 20
@@ -92,7 +94,7 @@ def doctor(db: Path) -> dict[str, Any]:
 
 
 def raised(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return [f for f in report["findings"] if f["status"] in ("raised", "escalated")]
+    return [f for f in report["findings"] if f["status"] in NEWS]
 
 
 def score(fault: Fault, report: dict[str, Any], twin: dict[str, Any]) -> dict[str, Any]:

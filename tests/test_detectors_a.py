@@ -416,9 +416,13 @@ def _layers(emb=1.0):
 def test_gradients_explosion_red_vanishing_yellow_layer_orange():
     rows = [{"grad/norm/actor": v, **_layers()} for v in noisy(1.0, 15, 0.1)]
     spike = rows + [{"grad/norm/actor": 40.0, **_layers()}]
-    # one step 40x its typical size: orange (the batch is worth saving), not red
+    # one step 40x its typical size: yellow (a spike the run may recover from), orange once it
+    # holds a second step
     step, cond = first(make("gradients"), spike, key="explosion/actor")
-    assert step == 15 and cond.severity == "orange" and cond.evidence["ratio"] > 30
+    assert step == 15 and cond.severity == "yellow" and cond.evidence["ratio"] > 30
+    twice = rows + [{"grad/norm/actor": v, **_layers()} for v in (40.0, 45.0)]
+    step, cond = first(make("gradients"), twice, "orange", "explosion/actor")
+    assert step == 16 and cond.evidence["steps"] == 2
     # 150x the typical magnitude: bad in its own units at any scale -> red
     huge = rows + [{"grad/norm/actor": 150.0, **_layers()}]
     assert first(make("gradients"), huge, "red", "explosion/actor")[0] == 15
@@ -713,8 +717,10 @@ def test_critic_lr_spike_run_names_the_update_ratio_then_value_loss_and_grad_nor
     assert min(f.step for f in raised) == 10
     got = {(f.detector, f.evidence.get("key"), f.severity) for f in raised if f.step <= 11}
     # (the value clip fraction of a critic stepping 1000x too far is the yellow beside them)
-    # (one step of a value loss 18x its median is orange; red once something persists)
+    # (one step of a value loss 18x its median is orange; red once something persists; the
+    # critic's gradient norm is yellow on its first step, orange on its second)
     assert got == {("update_ratio", "jump/critic", "orange"), ("critic", "divergence", "orange"),
+                   ("gradients", "explosion/critic", "yellow"),
                    ("gradients", "explosion/critic", "orange"), ("critic", "value_clip", "yellow")}
     # the critic's gradient norm stays exploded: red once it has held 3 steps
     assert ("gradients", "explosion/critic", 12, "red", "escalated") in {

@@ -2,6 +2,7 @@
 failure library. Importing this package stays light (no torch); detectors use numpy at most."""
 
 from rlcockpit.diagnostics.base import (
+    NEWS,
     NO_REFERENCE,
     SKIPPED,
     TIERS,
@@ -18,7 +19,7 @@ from rlcockpit.diagnostics.registry import available, register
 from rlcockpit.records import FindingRecord as Finding
 
 __all__ = [
-    "NO_REFERENCE", "SKIPPED", "TIERS", "Condition", "Detector", "DiagnosticsConfig", "Engine", "Finding",
+    "NEWS", "NO_REFERENCE", "SKIPPED", "TIERS", "Condition", "Detector", "DiagnosticsConfig", "Engine", "Finding",
     "Incident", "NoConfig", "PolicyConfig", "StepView", "WebhookConfig", "available", "group",
     "register", "severity_rank",
 ]

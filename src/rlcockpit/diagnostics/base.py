@@ -66,6 +66,11 @@ class StepView:
         return {k: float(v) for k, v in self.metrics.items() if k.startswith(prefix)}
 
 
+# The finding statuses that tell a person something new (the engine's "raised", "escalated" to a
+# higher tier, "worsened" at its tier by ``worsen_factor``); "resolved" closes a finding.
+NEWS = ("raised", "escalated", "worsened")
+
+
 @dataclass(frozen=True)
 class Condition:
     """A failure condition present at this step.

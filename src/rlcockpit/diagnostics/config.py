@@ -70,6 +70,10 @@ class DiagnosticsConfig(Config):
     enabled: bool = option(True, help="Run the detectors in the trainer's DIAGNOSE phase.")
     resolve_after: int = option(3, help="A condition absent this many steps in a row is resolved.",
                                 range=(1, 1000))
+    worsen_factor: float = option(
+        100.0, help="An open condition whose size (evidence `magnitude`: a loss, a gradient norm) "
+        "grew this many times since it was last reported is reported again as 'worsened' "
+        "(0 = never).", range=(0.0, 1e12))
     resolve_after_severe: int = option(
         50, help="An orange, red or black condition is resolved only after this many absent steps in a "
         "row: "

@@ -2,7 +2,8 @@
 
 The same engine runs live in the trainer's DIAGNOSE phase and offline over a stored or imported run
 (``rlcockpit doctor``). Hygiene: a finding is emitted when a condition *starts* ("raised"),
-*escalates* to a higher tier ("escalated") or *resolves* after ``resolve_after`` absent steps
+*escalates* to a higher tier ("escalated"), *worsens* at its tier by ``worsen_factor`` in its own
+units (evidence ``magnitude``: "worsened") or *resolves* after ``resolve_after`` absent steps
 (``resolve_after_severe`` for orange and above: a failure that recurs within them stays one
 finding)
 ("resolved") — never every step. Raised findings within ``incident_window`` steps of an open
@@ -51,6 +52,7 @@ class _Active:
     absent: int = 0
     last: Condition | None = None
     hold: bool = True  # False for heartbeat (tick) conditions: they end when steps come again
+    magnitude: float | None = None  # the condition's size when it was last emitted ("worsened")
 
 
 @dataclass
@@ -211,16 +213,30 @@ class Engine:
             if active is None:
                 incident = self._join_incident(step, (det.name, cond.key))
                 self._active[(det.name, cond.key)] = _Active(cond.severity, step, incident, 0,
-                                                             cond, hold)
+                                                             cond, hold, magnitude_of(cond))
                 out.append(self._finding(det, cond, step, wall, "raised", incident))
                 continue
             active.absent = 0
             active.last = cond
             if severity_rank(cond.severity) > severity_rank(active.severity):
                 active.severity = cond.severity
+                active.magnitude = magnitude_of(cond)
                 self._touch_incident(active.incident, step)
                 out.append(self._finding(det, cond, step, wall, "escalated", active.incident))
+            elif self._worsened(active, cond):
+                active.magnitude = magnitude_of(cond)
+                self._touch_incident(active.incident, step)
+                worse = Condition(active.severity, cond.message, cond.evidence, cond.key,
+                                  cond.message_zh)
+                out.append(self._finding(det, worse, step, wall, "worsened", active.incident))
         return out
+
+    def _worsened(self, active: _Active, cond: Condition) -> bool:
+        """An open condition at its tier that grew ``worsen_factor``× in its own units since it was
+        last emitted (a loss spike of 48 held open, then the loss at 1e4): news, not noise."""
+        factor, now = self.config.worsen_factor, magnitude_of(cond)
+        return bool(factor and now is not None and active.magnitude
+                    and now >= factor * active.magnitude)
 
     def _resolve(self, det: Detector, key: str, active: _Active, step: int,
                  wall: float) -> FindingRecord:
@@ -284,6 +300,16 @@ class Engine:
 CHANGE_PAIRS = (("mean_now", "mean_reference"), ("mean_now", "reference_mean"),
                 ("length_now", "length_reference"), ("reward_now", "reward_reference"),
                 ("to", "from"), ("after", "before"))
+
+
+def magnitude_of(cond: Condition) -> float | None:
+    """The condition's size in its own units (evidence ``magnitude``: larger is worse), or None."""
+    value = cond.evidence.get("magnitude") if cond.evidence else None
+    try:
+        value = abs(float(value))
+    except (TypeError, ValueError):
+        return None
+    return value if value == value and value != float("inf") else None
 
 
 def unchanged(evidence: Mapping[str, Any]) -> bool:

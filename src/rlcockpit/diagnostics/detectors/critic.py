@@ -127,7 +127,7 @@ class Critic(Detector):
         # step of 5-100x that the critic recovers from is orange (issue 26)
         severe = held >= 3 or loss >= 100 * med
         evidence.update(z=z, window_median=med, ratio=loss / med, threshold_z=cfg.spike_z,
-                        steps=held, onset_step=self._spikes.onset)
+                        steps=held, onset_step=self._spikes.onset, magnitude=loss)
         return Condition("red" if severe else "orange",
                          f"value loss spiked to {loss:.3g} ({loss / med:.1f}× its "
                          f"median {med:.3g}, robust z={z:.1f}): critic diverging", evidence,

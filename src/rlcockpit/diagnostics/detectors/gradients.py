@@ -27,9 +27,11 @@ the 0.9 quantile of |value| over the window (:func:`~rlcockpit.diagnostics.windo
 non-zero values is no evidence (a LoRA GRPO loss that is exactly 0 on half its steps). Red needs a
 consequence that is bad in its own units: a norm or loss ≥ ``severe_ratio`` (100)× its typical
 magnitude — for the loss also |loss| ≥ ``loss_abs`` (1, the natural unit of an advantage-weighted
-loss) — or a norm explosion that holds ``persist_steps`` (3) steps in a row; a single step 10–100×
-the usual size that the run recovers from is orange (real runs 005, 008, 016: one norm 11–21× its
-typical size, back to normal the next step); a loss below ``loss_floor`` (0.1) is never an
+loss) — or an explosion that holds ``persist_steps`` (3) steps in a row; one that holds
+``orange_steps`` (2) is orange, and so is one ≥ 100× whose loss is below 1; a single step 10–100×
+the usual size is yellow — a spike the run may recover from, and gradient clipping bounds the
+update (real runs 005, 008, 011, 013, 014, 016: one norm or loss 11–160× its median, back to normal
+the next step); a loss below ``loss_floor`` (0.1) is never an
 explosion (real run 024: −0.03 against a typical 1e-4 is noise in the loss's own units).
 Scale assumptions: none in absolute units — gradient norms depend on the model, the loss and the
 reward scale (real runs: medians 1e-4 on run 011 to 21 on run 008); ``explode_abs`` /
@@ -63,7 +65,7 @@ class GradientsConfig(Config):
                          range=(3, 10000))
     min_steps: int = option(8, help="Steps before judging an explosion against the median.",
                             range=(1, 10000))
-    explode_ratio: float = option(10.0, help="Red when the norm exceeds this × rolling median.",
+    explode_ratio: float = option(10.0, help="An explosion when the norm exceeds this × rolling median.",
                                   range=(1.0, 1e9))
     explode_over_max: float = option(1.5, help="... and exceeds this × the window's largest norm.",
                                      range=(1.0, 1e9))
@@ -88,6 +90,9 @@ class GradientsConfig(Config):
                                  range=(1.0, 1e12))
     persist_steps: int = option(3, help="... or when the explosion holds this many steps in a row.",
                                 range=(1, 10000))
+    orange_steps: int = option(2, help="An explosion below severe_ratio is yellow on one step (a "
+                               "spike the run may recover from), orange once it holds this many "
+                               "steps in a row.", range=(1, 10000))
     loss_ratio: float = option(10.0, help="Loss explosion: |policy/loss| at least this × its "
                                "typical magnitude over the window ...", range=(1.0, 1e12))
     loss_over_max: float = option(2.0, help="... and above this × the window's largest |loss|.",
@@ -120,6 +125,7 @@ class Gradients(Detector):
         self._early: dict[str, list[float]] = {net: [] for net in _NETS}
         self._layer = Streak()
         self._loss = Window(cfg.window)  # log10 |policy/loss| of the non-zero values
+        self._loss_held = Streak()
         self._updates = {net: Window(cfg.window) for net in _NETS}  # update/ratio/<net>
 
     def update(self, view: StepView) -> list[Condition] | object:
@@ -158,17 +164,23 @@ class Gradients(Detector):
         if typical is not None:  # None: too few non-zero steps to know the loss's size
             top = float(np.max(np.abs(window.values)))
             ratio = size / typical
-            if ratio >= cfg.loss_ratio and size > cfg.loss_over_max * top \
-                    and size >= cfg.loss_floor:
-                severe = ratio >= cfg.severe_ratio and size >= cfg.loss_abs
+            exploded = ratio >= cfg.loss_ratio and size > cfg.loss_over_max * top \
+                and size >= cfg.loss_floor
+            held = self._loss_held.update(exploded, step)
+            if exploded:
+                severity = _tier(held, cfg, large=ratio >= cfg.severe_ratio,
+                                 bad=ratio >= cfg.severe_ratio and size >= cfg.loss_abs)
                 evidence = {"loss": loss, "typical_abs": typical, "ratio_to_typical": ratio,
                             "window_max_abs": top, "threshold_ratio": cfg.loss_ratio,
                             "severe_ratio": cfg.severe_ratio, "loss_abs": cfg.loss_abs,
-                            "signal": "loss", "onset_step": step}
-                found = Condition("red" if severe else "orange",
+                            "steps": held, "signal": "loss", "onset_step": self._loss_held.onset,
+                            "magnitude": size}
+                found = Condition(severity,
                                   f"policy loss exploded to {loss:.3g} ({ratio:.0f}× its typical "
                                   f"magnitude {typical:.3g}, {size / top:.1f}× the largest of the "
-                                  f"last {len(window)} steps)", evidence, key="loss",
+                                  f"last {len(window)} steps"
+                                  + (f"; {held} steps in a row)" if held > 1 else ")"),
+                                  evidence, key="loss",
                                   message_zh=f"策略损失爆炸至 {loss:.3g}（为其典型量级 {typical:.3g} 的 "
                                              f"{ratio:.0f} 倍）")
         window.push(size, step)
@@ -188,12 +200,13 @@ class Gradients(Detector):
         if not by_ratio and not absolute:
             return None
         ratio = value / med if med else None
-        severe = absolute or held >= cfg.persist_steps or (
-            typical is not None and value >= cfg.severe_ratio * typical)
+        large = typical is not None and value >= cfg.severe_ratio * typical
+        severity = "red" if absolute else _tier(held, cfg, large=large, bad=large)
         evidence = {"grad_norm": value, "rolling_median": med, "window_max": top, "ratio": ratio,
                     "typical_abs": typical, "severe_ratio": cfg.severe_ratio, "steps": held,
                     "threshold_ratio": cfg.explode_ratio, "threshold_abs": cfg.explode_abs,
-                    "signal": "grad norm", "onset_step": self._blowup[net].onset}
+                    "signal": "grad norm", "onset_step": self._blowup[net].onset,
+                    "magnitude": value}
         shown = f" ({ratio:.1f}× its median {med:.3g})" if ratio else ""
         clip, moved = self._absorbed(net, value, view)
         if clip is not None:  # clipped, and the weights moved as usual: a spike, not a blow-up
@@ -203,7 +216,7 @@ class Gradients(Detector):
                              evidence, key=f"explosion/{net}",
                              message_zh=f"{net} 梯度范数突增至 {value:.3g}，已被裁剪到 "
                                         f"{clip:.3g}，参数更新幅度正常")
-        return Condition("red" if severe else "orange",
+        return Condition(severity,
                          f"{net} gradient norm exploded to {value:.3g}{shown}"
                          + (f", {held} steps in a row" if held > 1 else ""), evidence,
                          key=f"explosion/{net}",
@@ -259,3 +272,15 @@ class Gradients(Detector):
         return Condition("orange", f"layer group {group!r} has gradients {ratio:.0f}× the median "
                          f"group for {held} steps", evidence, key="layer",
                          message_zh=f"层组 {group} 的梯度为其他层中位数的 {ratio:.0f} 倍")
+
+
+def _tier(held: int, cfg: GradientsConfig, large: bool, bad: bool) -> str:
+    """An explosion's tier: red when ``bad`` in its own units (≥ ``severe_ratio``× the typical
+    magnitude; a loss also ≥ ``loss_abs``) or held ``persist_steps``; orange when held
+    ``orange_steps`` or ``large`` (≥ ``severe_ratio``× but small in absolute units); yellow for
+    one step of 10–100× the usual size, which the run may recover from."""
+    if bad or held >= cfg.persist_steps:
+        return "red"
+    if large or held >= cfg.orange_steps:
+        return "orange"
+    return "yellow"

@@ -9,7 +9,10 @@ values, or the mean of the last ``recent`` (3) steps as a robust z against the `
 steps before (a fast rise).
 Key "collapse": the mean length below ``collapse_frac`` (0.2) × its early level (median of the
 first 3 values that did not collapse; judged from the second value on: 017 collapses at its
-second logged step) for 2 steps in a row → orange — the opposite failure, a policy that stops
+second logged step) for 2 steps in a row → orange; where the run's own noise reaches that level
+(a share p of its last 500 steps outside the current streak, judged from 20 on), for the k steps in a row with
+p**k ≤ ``collapse_chance`` (1e-4): MiniMind's 4-answer batches swing 17–500 tokens, 5% of their
+steps below 20% of the early level, so k = 4 there — the opposite failure, a policy that stops
 answering (real runs: 011 1,759 → 1 token, 017 53 → 3 tokens; the healthy-labelled runs keep
 ≥ 45% of their early length, the tiny world's ≥ 67%).
 Key "truncation": ``response/truncated_frac`` — its recent mean against the reference median.
@@ -17,6 +20,9 @@ Key "distribution" (samples): this step's sample lengths against the pooled leng
 reference steps: a two-sample KS test with the median shifted right, a long tail (share of
 lengths above ``tail_factor`` × the reference 95th percentile), or a second mode appearing (Sarle's
 bimodality coefficient crossing 5/9 while the reference stays below).
+A rise (its recent mean, or the trend's last-5 median) must also pass the 95th percentile of the
+run's last 500 lengths (from 50 on): back up to a level the run held before is noise (006's 20-step median dips to 96 tokens in a run whose
+usual length is 210).
 Default thresholds: "length" yellow when (trend z ≥ ``z_trend`` = 3 or fast z ≥ ``z_jump`` = 5)
 and the growth ≥ ``growth`` (0.2), orange when the growth ≥ ``growth_orange`` (0.6);
 "truncation" yellow when the recent truncated share ≥ ``trunc_min`` (0.15) and ≥ ``trunc_rise``
@@ -106,6 +112,12 @@ class LengthHackingConfig(Config):
     collapse_steps: int = option(2, help="... for this many steps in a row.", range=(1, 1000))
     early_steps: int = option(3, help="Collapse: values whose median is the early level.",
                               range=(1, 1000))
+    collapse_history: int = option(500, help="Collapse: recent values (outside a collapse) that "
+                                   "say how often the run's own noise reaches the collapse level.",
+                                   range=(10, 1_000_000))
+    collapse_chance: float = option(1e-4, help="Collapse: a run whose noise reaches the level in a "
+                                    "share p of its steps needs a streak k with p**k at most this.",
+                                    range=(1e-12, 0.5))
 
 
 @register
@@ -127,6 +139,7 @@ class LengthHacking(Detector):
         self._dist = LengthShape(cfg)
         self._early: list[float] = []
         self._shrunk = Streak()
+        self._history: deque[float] = deque(maxlen=self.config.collapse_history)
 
     def update(self, view: StepView) -> list[Condition] | object:
         if view.get("response/length_mean") is None and not view.samples:
@@ -155,16 +168,41 @@ class LengthHacking(Detector):
         if not shrunk and len(self._early) < cfg.early_steps:
             self._early.append(value)  # the early level: the first values that did not collapse
         held = self._shrunk.update(shrunk, view.step)
-        if held < cfg.collapse_steps:
+        need, chance = self._streak_needed(cfg.collapse_frac * early, held)
+        self._history.append(value)
+        if held < need:
             return None
         evidence = {"length_now": value, "length_early": early, "share": value / early,
-                    "threshold": cfg.collapse_frac, "steps": held, "signal": "response length",
+                    "threshold": cfg.collapse_frac, "steps": held, "steps_needed": need,
+                    "noise_share_below": chance, "signal": "response length",
                     "onset_step": self._shrunk.onset}
         return Condition("orange", f"responses collapsed to {value:.3g} tokens, {value / early:.0%} "
                          f"of their early length {early:.3g}, for {held} steps: the policy may "
                          "have degenerated (empty or one-token answers)", evidence, key="collapse",
                          message_zh=f"回答长度坍缩至 {value:.3g}（早期 {early:.3g} 的 "
                                     f"{value / early:.0%}），已持续 {held} 步：策略可能已退化")
+
+    def _streak_needed(self, level: float, held: int) -> tuple[int, float]:
+        """Steps in a row a collapse must hold: ``collapse_steps``, or more where the run's own
+        noise reaches ``level`` (a batch of 4 answers swings 17–500 tokens: two low steps in a row
+        are chance there). With a share p of the last ``collapse_history`` values below the level
+        (judged from 20 values on), k is the smallest streak with p**k at most
+        ``collapse_chance``. The current streak's earlier values are not the run's noise."""
+        cfg = self.config
+        streak = max(held - 1, 0)
+        n = len(self._history) - streak
+        below = sum(1 for v in self._history if v < level) - streak if n >= 20 else 0
+        if below <= 0:
+            return cfg.collapse_steps, 0.0
+        p = below / n
+        return max(cfg.collapse_steps, math.ceil(math.log(cfg.collapse_chance) / math.log(p))), p
+
+    def _seen_before(self, now: float) -> bool:
+        """A rise back to a level the run held before is its noise, not a rise: ``now`` at or
+        below the 95th percentile of the last ``collapse_history`` values (from 50 values on; a
+        20-step window of a 4-answer batch can sit at half the run's usual length)."""
+        history = self._history
+        return len(history) >= 50 and now <= quantile(np.fromiter(history, float), 0.95)
 
     def _growth(self, truncating: bool) -> Condition | None:
         cfg = self.config
@@ -174,8 +212,9 @@ class LengthHacking(Detector):
         trend = mann_kendall(self._trend.values) if self._trend.full else None
         trend_growth = relative_growth(self._trend.values, k=5) if trend is not None else 0.0
         fast_growth = now / ref - 1.0 if ref > 0 else 0.0
-        rising = (trend is not None and trend.z >= cfg.z_trend and trend_growth >= cfg.growth)
-        jumped = z >= cfg.z_jump and fast_growth >= cfg.growth
+        rising = (trend is not None and trend.z >= cfg.z_trend and trend_growth >= cfg.growth
+                  and not self._seen_before(median(self._trend.values[-5:])))
+        jumped = z >= cfg.z_jump and fast_growth >= cfg.growth and not self._seen_before(now)
         if not (rising or jumped):
             return None
         growth = max(trend_growth if rising else 0.0, fast_growth if jumped else 0.0)

@@ -16,7 +16,7 @@ export const EN = {
   "phase_status.started": "running", "phase_status.running": "running", "phase_status.finished": "done", "phase_status.failed": "failed",
   "conn.connecting": "connecting…", "conn.open": "live", "conn.reconnecting": "reconnecting…",
   "sev.info": "info", "sev.yellow": "watch", "sev.orange": "warning", "sev.red": "critical", "sev.black": "stop",
-  "finding_status.raised": "raised", "finding_status.escalated": "escalated", "finding_status.resolved": "resolved",
+  "finding_status.raised": "raised", "finding_status.escalated": "escalated", "finding_status.worsened": "worsened", "finding_status.resolved": "resolved",
 
   "state.loading": "Loading…", "state.error": "Something went wrong", "state.retry": "Retry",
   "state.no_data": "no data", "state.no_data_yet": "No data yet — waiting for the first step",
@@ -197,7 +197,7 @@ export const ZH = {
   "phase_status.started": "进行中", "phase_status.running": "进行中", "phase_status.finished": "完成", "phase_status.failed": "失败",
   "conn.connecting": "连接中…", "conn.open": "实时", "conn.reconnecting": "重连中…",
   "sev.info": "信息", "sev.yellow": "关注", "sev.orange": "警告", "sev.red": "严重", "sev.black": "停止",
-  "finding_status.raised": "已触发", "finding_status.escalated": "已升级", "finding_status.resolved": "已恢复",
+  "finding_status.raised": "已触发", "finding_status.escalated": "已升级", "finding_status.worsened": "已加重", "finding_status.resolved": "已恢复",
 
   "state.loading": "加载中…", "state.error": "出错了", "state.retry": "重试",
   "state.no_data": "无数据", "state.no_data_yet": "暂无数据——等待第一步",
