@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import PageProbe
+from conftest import PageProbe, wait_for
 from server_testkit import serve_store
 
 pytestmark = pytest.mark.timeout(180)
@@ -203,3 +203,94 @@ def test_cost_view_shows_time_per_step_a_total_no_eta_when_over_and_apart_phase_
         assert gap >= 6 and whole, (name, gap)  # the name stands apart from its bar, never cut
     p.locator("#cost-schedule").wait_for()
     assert "seed" not in p.locator("#view").inner_text().lower()  # no section numbers of the source documents
+
+
+@pytest.fixture
+def incident_store(tmp_path):
+    """A finished run of 60 steps (reward, KL and entropy logged) with one incident of three findings that name 14
+    library entries between them; the red finding's message cites a seed section."""
+    import rlcockpit
+
+    uri = f"sqlite:///{tmp_path / 'inc.db'}"
+    run = rlcockpit.init(project="inc", name="inc", store=uri, run_id="inc-run")
+    findings = {
+        10: ("kl_tiers", "red", "KL 0.9 stayed above 3x its target (001 Q12)", {"signal": "KL", "onset_step": 9},
+             ["kl_explosion", "lr_too_high", "kl_token_spike", "ref_model_mismatch", "grad_explosion", "too_many_ppo_epochs"]),
+        11: ("gradients", "orange", "actor grad norm spike", {"signal": "grad norm"},
+             ["grad_explosion", "lr_too_high", "memory_growth", "critic_divergence"]),
+        12: ("entropy", "yellow", "entropy falling", {"signal": "entropy"},
+             ["entropy_collapse", "kl_explosion", "reward_hacking", "template_takeover", "length_hacking", "truncation_rise",
+              "critic_divergence", "training_stall"]),
+    }
+    for step in range(1, 61):
+        run.log(step, {"reward/mean": 0.02 * step, "kl/mean": 0.01 * step + (0.5 if step >= 10 else 0),
+                       "policy/entropy": 2.0 - 0.03 * step})
+        if step in findings:
+            detector, severity, message, evidence, patterns = findings[step]
+            run.finding(step=step, detector=detector, severity=severity, message=message, evidence=evidence,
+                        patterns=tuple(patterns), incident="inc-1")
+        run.commit(step)
+    run.close()
+    return uri
+
+
+def test_an_incident_ranks_its_library_entries_and_findings_link_the_dashboard(incident_store, serve, page):
+    server = serve(incident_store)
+    page.goto(f"{server.url}/#/run/inc-run/alerts")
+    card = page.locator("article.incident[data-incident='inc-1']")
+    card.wait_for()
+    links = card.locator(".lib-links a.chip.lib")
+    # the entry named first by the red finding and again by another comes first; five shown, the rest behind "more"
+    assert links.count() == 5
+    ids = links.evaluate_all("(as) => as.map((a) => a.dataset.pattern)")
+    assert ids[:3] == ["kl_explosion", "grad_explosion", "lr_too_high"], ids
+    more = card.locator(".lib-more")
+    assert more.inner_text() == "+9 more"
+    more.click()
+    assert links.count() == 14 and card.locator(".lib-more").count() == 0
+    wait_for(lambda: links.first.inner_text() != "kl_explosion", what="the entry's title")
+
+    card.locator("details > summary").first.click()
+    red = card.locator("li.finding[data-step='10']")
+    assert "001 Q12" not in red.locator(".finding-msg").inner_text()  # no seed section on screen
+    assert red.locator(".finding-msg").inner_text() == "KL 0.9 stayed above 3x its target"
+    spark = red.locator(".finding-spark[data-metric='kl/mean'] svg polyline")
+    spark.wait_for()
+    assert int(red.locator(".finding-spark").get_attribute("data-points")) >= 20  # steps 1-30, around step 10
+    evidence = red.locator(".finding-evidence table.evidence")
+    assert not evidence.is_visible()  # the key/value dump is folded away, a click away
+    red.locator(".evidence-toggle").click()
+    assert evidence.is_visible() and "onset_step" in evidence.inner_text()
+    entropy = card.locator("li.finding[data-step='12'] .finding-spark[data-metric='policy/entropy']")
+    entropy.locator("svg").wait_for()
+    link = red.locator("a.finding-dashboard")
+    assert link.inner_text() == "Dashboard at step 10"
+    link.click()
+    page.locator("#chart-kl[data-points='60']").wait_for()
+    assert "zoom=0~30" in page.url.replace("%7E", "~"), page.url
+    zoom = "() => { const z = echarts.getInstanceByDom(document.getElementById('chart-reward')).getOption().dataZoom[0]; return [z.startValue, z.endValue]; }"
+    zoomed = lambda: (lambda v: v[0] <= 1 and 29 <= v[1] <= 32)(page.evaluate(zoom))  # noqa: E731 (ECharts snaps to a point)
+    wait_for(zoomed, what="the dashboard zoomed on steps 0-30 of 60")
+
+
+SEED_REF = r"\b00[0-4] ?(§|Q[0-9])|[Ss]eed 00[0-4]"
+
+
+def test_library_answers_reward_not_rising_with_a_stall_and_shows_no_seed_sections(fixture_store, serve, page, zh_page):
+    import re
+
+    uri, _ = fixture_store
+    server = serve(uri)
+    zh_page.goto(f"{server.url}/#/library?q=奖励一直不涨")
+    hits = zh_page.locator("#library-hits li.hit a.hit-title")
+    hits.first.wait_for()
+    ids = [href.rsplit("/", 1)[-1] for href in hits.evaluate_all("(as) => as.map((a) => a.getAttribute('href'))")]
+    assert ids[0] == "training_stall" and "reward_spike" not in ids[:2], ids  # not "Reward suddenly surges" first
+    assert not re.search(SEED_REF, zh_page.locator("#view").inner_text())
+    for p, entry in ((page, "kl_explosion"), (zh_page, "critic_divergence"), (page, "embedding_grad_dominance")):
+        p.goto(f"{server.url}/#/library/{entry}")
+        p.locator("#library-entry h4").first.wait_for()
+        text = p.locator("#view").inner_text()
+        assert not re.search(SEED_REF, text), re.search(SEED_REF, text)  # "(000 §5)", "as in 000 §4.3": not on screen
+        assert "()" not in text and "（）" not in text
+        assert p.locator("#library-seed").count() == 0

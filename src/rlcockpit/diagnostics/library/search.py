@@ -46,6 +46,23 @@ _EN_STOP = frozenset(_EN_STOP_WORDS.split())
 _ZH_STOP = frozenset("的了是在就都也和吗呢啊吧呀么怎办什我你他它这那个")
 
 
+# "not rising" is a flat curve: a negated rise ("奖励一直不涨", "reward not rising") adds the word
+# for flat, so the entries about a stalled curve meet it; without it the rise itself ("涨", "rising")
+# and n-grams straddling two words ("励一" of "奖励一直") pull up the entries about a surge.
+_NEGATED_RISE = (
+    (re.compile(r"(不|没有?|未|无)(再|怎么|太)?(涨|上涨|升|上升|增长|增加|提高|提升|改善|变好)"), "停滞"),
+    (re.compile(r"\b(not|no|never|isn t|doesn t|don t|won t|hardly|barely|stopped)\s+(\w+\s+)?"
+                r"(ris\w*|increas\w*|improv\w*|go\w*\s+up|grow\w*|climb\w*|learn\w*)"), "flat"),
+)
+
+
+def expand_query(text: str) -> str:
+    """The query, plus "停滞" / "flat" when it negates a rise (see _NEGATED_RISE)."""
+    folded = normalize(text)
+    extra = [word for pattern, word in _NEGATED_RISE if pattern.search(folded)]
+    return " ".join([text, *extra])
+
+
 def detect_lang(text: str) -> str:
     """'zh' when the text holds any CJK character, else 'en'."""
     return "zh" if _HAS_CJK.search(text) else "en"
@@ -170,6 +187,6 @@ class Searcher:
     def rank(self, query: str, lang: str | None = None) -> list[tuple[int, float]]:
         """(pattern index, score) for every pattern with a positive score, best first."""
         lang = lang or detect_lang(query)
-        scores = self.indexes[lang].scores(tokens(query))
+        scores = self.indexes[lang].scores(tokens(expand_query(query)))
         ranked = sorted(((i, s) for i, s in enumerate(scores) if s > 0), key=lambda x: -x[1])
         return ranked

@@ -119,7 +119,7 @@ export class RunHeader {
       h("span", { class: `status status-${this.status}`, id: "run-status", text: t(`status.${this.status}`) }),
       this.alertsNode(),
       ...this.degradedNode(),
-      h("span", { class: "hdr-item", id: "run-step", dataset: { drop: "4" }, text: `${t("header.step")} ${fmt(lastStep ?? null)}` }),
+      h("span", { class: "hdr-item", id: "run-step", dataset: { drop: "5" }, text: `${t("header.step")} ${fmt(lastStep ?? null)}` }),
       this.phaseNode(),
       h("span", { class: "hdr-item", id: "step-rate", title: t("header.step_rate_help"), dataset: { drop: "1" },
         text: `${t("header.step_rate")} ${rate === null ? "—" : `${rate.toFixed(2)}/s`}` }),
@@ -129,8 +129,8 @@ export class RunHeader {
     this.fit();
   }
 
-  // Hide the least important items (data-drop 1 first: the rate, the phase's words, the chips after
-  // the first, the step, the phase) until the header fits its row; the status, the worst open
+  // Hide the least important items (data-drop 1 first: the rate, the word "Phase", the chips after
+  // the first, the phase's status, the step, the phase) until the header fits its row; the status, the worst open
   // incident and the connection state are never hidden.
   fit() {
     const items = [...this.node.querySelectorAll("[data-drop]")].sort((a, b) => a.dataset.drop - b.dataset.drop);
@@ -146,12 +146,12 @@ export class RunHeader {
 
   phaseNode() {
     const p = this.phase;
-    if (!p) return h("span", { class: "hdr-item muted", id: "run-phase", dataset: { drop: "5" }, text: `${t("header.phase")} —` });
+    if (!p) return h("span", { class: "hdr-item muted", id: "run-phase", dataset: { drop: "6" }, text: `${t("header.phase")} —` });
     const pct = p.progress === null || p.progress === undefined ? null : Math.round(p.progress * 100);
-    return h("span", { class: "hdr-item phase", id: "run-phase", dataset: { drop: "5" },
+    return h("span", { class: "hdr-item phase", id: "run-phase", dataset: { drop: "6" },
       title: `${t("header.phase")} · ${t(`phase_status.${p.status}`)} · ${t("header.step")} ${p.step}` },
       h("span", { class: "phase-label", dataset: { drop: "2" }, text: `${t("header.phase")} ` }), h("b", { text: phaseName(p.phase) }),
-      h("span", { class: "phase-status", dataset: { drop: "2" }, text: ` · ${t(`phase_status.${p.status}`)}` }),
+      h("span", { class: "phase-status", dataset: { drop: "4" }, text: ` · ${t(`phase_status.${p.status}`)}` }),
       h("span", { class: "progress" }, h("span", { class: "progress-bar", style: { width: `${pct ?? (p.status === "finished" ? 100 : 0)}%` } })),
       pct === null ? null : h("span", { class: "muted", text: ` ${pct}%` }));
   }
