@@ -89,7 +89,7 @@ class IndexPage:
 
     def _state(self) -> tuple[Any, ...]:
         files = [self.index, *sorted((self.static_dir / "js").rglob("*.js"))]
-        return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files if p.is_file())
+        return tuple((str(p), st.st_mtime_ns, st.st_size) for p in files for st in (p.stat(),))
 
     def html(self) -> str:
         key = self._state()
@@ -103,7 +103,11 @@ class IndexPage:
         links = "\n  ".join(f'<link rel="modulepreload" href="/static/{m}">'
                             for m in module_graph(self.static_dir)[1:])  # [0]: app.js itself
         text = text.replace(PRELOAD_MARKER, links)
-        return _VERSIONED.sub(lambda m: f"/static/{m[1]}?v={version(self.static_dir / m[1])}", text)
+        return _VERSIONED.sub(self._versioned, text)
+
+    def _versioned(self, match: re.Match[str]) -> str:
+        path = self.static_dir / match[1]
+        return f"/static/{match[1]}?v={version(path)}" if path.is_file() else f"/static/{match[1]}"
 
 
 class StaticAssets(StaticFiles):
