@@ -16,7 +16,7 @@ Scoring (issue 10, point 5):
 - **healthy** runs: no red or black finding, and at most 1 orange per 1,000 logged steps (the
   logged step span, last - first + 1);
 - **failures** with a ``failure_step`` and the **anomalies** the corpus README lists: found when a
-  raised or escalated finding of a relevant detector family (the detector's ``family``) lies within
+  raised, escalated or worsened finding of a relevant detector family (the detector's ``family``) lies within
   :data:`WINDOW` steps of the onset, in the run's own step units. Each anomaly's onset is computed
   from the raw log by a rule declared in :data:`ANOMALIES`; the latency is signed (negative: found
   before the declared onset);
@@ -290,7 +290,7 @@ def targets_of(result: RunResult) -> list[tuple[Target, int | None]]:
 
 
 def first_match(result: RunResult, families: Sequence[str], onset: int | None) -> dict | None:
-    """The earliest raised/escalated finding of a relevant family within WINDOW of ``onset``."""
+    """The earliest raised, escalated or worsened finding of a relevant family within WINDOW of ``onset``."""
     if onset is None:
         return None
     hits = [f for f in result.findings
@@ -384,7 +384,7 @@ def report_text(results: list[RunResult], scored: dict, present_families: set[st
              "| run | label | steps | expectation | findings y / o / r / b | detected? latency | "
              "detectors run / skipped; run of those whose inputs the log carries |", "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [run_row(r, scored) for r in results]
-    lines += ["", "Scored targets (found: a raised or escalated finding of a relevant family within "
+    lines += ["", "Scored targets (found: a raised, escalated or worsened finding of a relevant family within "
               f"{WINDOW} steps of the onset):", "",
               "| run | target | onset rule | onset | relevant families | found |",
               "| --- | --- | --- | --- | --- | --- |"]
@@ -409,7 +409,7 @@ def report_text(results: list[RunResult], scored: dict, present_families: set[st
                 cells = [r.run, split_of(r.entry), r.entry.get("label", UNKNOWN), str(f["step"]),
                          f["detector"], f["severity"], f["message"][:220]]
                 lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    lines += ["", "Findings of the runs labelled unknown (raised or escalated; first 8):", ""]
+    lines += ["", "Findings of the runs labelled unknown (raised, escalated or worsened; first 8):", ""]
     for r in results:
         if r.entry.get("label") == UNKNOWN:
             lines.append(f"- {r.entry['file'][:-6]}: {_findings_list(r)}")
@@ -485,6 +485,8 @@ def _split_headline(results: list[RunResult], scored: dict) -> dict[str, Any]:
         "unknown_orange_or_worse_per_1k_steps": _severe_rate(
             [r for r in results if r.entry.get("label") == UNKNOWN]),
         "red_or_black": sum(r.tiers()["red"] + r.tiers()["black"] for r in results),
+        "detectors_carried_ran": f"{sum(r.logged.ran for r in results if r.logged)}/"
+                                 f"{sum(r.logged.carried for r in results if r.logged)}",
     }
 
 
@@ -519,8 +521,11 @@ or black finding and at most 1 orange per 1,000 logged steps; the labelled failu
 step and the anomalies the corpus README lists must be found by a detector of a relevant family
 within 20 steps (the run's own units) of their onset, whose rule is stated per target; runs
 labelled unknown list their findings, and their orange-or-worse findings per 1,000 logged steps
-are counted (target <= 5). Findings count raised and escalated ones. The last column also says how
-many of the detectors whose inputs the log carries (under any name a trainer uses) ran.
+are counted (target <= 5). Findings count raised, escalated and worsened ones (a finding reported
+again after growing 100×). The last column also says how many of the detectors whose inputs the
+log carries (under any name a trainer uses) ran: a detector counts when the log carries what it
+cannot run without, by its own `Detector.able` test (a KL detector needs a KL, not the response
+length it reads to convert one per token).
 
 The corpus is split by source repository, declared before any tuning on the 37-run corpus
 (`EVALUATION_REPOS` in the script): runs 001-025 were read while earlier detector versions were

@@ -13,7 +13,7 @@ catalog. These are made the way an outsider makes them — config overrides and 
 Each runs tiny-world PPO (examples/ppo_tiny.yaml) for ``--steps`` steps per seed next to a
 healthy twin (same seed, no override), with the live diagnostics off (a red finding would pause
 the run for a person), then ``rlcockpit doctor --json`` replays every run with the default
-diagnostics, as the live engine would have seen it. A fault is *caught* when a finding at orange or worse, raised or escalated,
+diagnostics, as the live engine would have seen it. A fault is *caught* when a finding at orange or worse, raised, escalated or worsened,
 whose (detector, key) the twin does not raise, lies within 20 steps of its onset. The twins must
 stay at 0 red or black and report their orange count. Thresholds are not tuned here: the script
 only measures; seeds 700+ were never used to tune (the classes were: say so beside the number).

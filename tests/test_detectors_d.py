@@ -148,3 +148,52 @@ def test_an_open_finding_that_grows_a_hundredfold_is_reported_again_as_worsened(
     rows = calm + [{"policy/loss": 200.0}] + calm[:10] + [{"policy/loss": 4.4e7}]
     assert "worsened" not in [f.status for i, r in enumerate(rows)
                               for f in engine.observe(i, r, wall_time=float(i))]
+
+
+# ---------------------------------------------------------------------------- coverage: able
+
+
+def _concrete(read: str) -> list[str]:
+    """Logged names that satisfy one declared read (a prefix gets two names under it; a per-rank
+    prefix two ranks, a phase time two ranks of the rollout)."""
+    if not read.endswith("/"):
+        return [read]
+    if read.startswith("dist/"):
+        base = read if read.endswith("rank/") else (
+            f"{read}rollout_s/rank/" if read == "dist/time/" else f"{read}rank/")
+        return [f"{base}0", f"{base}1"]
+    return [f"{read}a/mean", f"{read}b/mean"]
+
+
+def test_every_detector_s_able_test_agrees_with_whether_it_runs_on_those_names():
+    # the coverage doctor reports counts a detector as carried exactly when it would run: its
+    # context reads alone (a length beside no KL, a learning rate beside no value loss) do not count
+    from rlcockpit.diagnostics import NO_REFERENCE, SKIPPED, StepView
+    from rlcockpit.diagnostics.reference import builtin_detectors
+
+    rng = np.random.default_rng(26)
+    for name, cls in builtin_detectors().items():
+        reads = list(cls.reads)
+        subsets = [[], reads] + [[r for r in reads if rng.random() < 0.5] for _ in range(40)]
+        subsets += [[r] for r in reads]
+        for subset in subsets:
+            names = [n for r in subset for n in _concrete(r)]
+            result = cls().update(StepView(0, {n: 1.0 for n in names}, ()))
+            ran = result is not SKIPPED and result is not NO_REFERENCE
+            if name == "nonfinite" and not names:
+                continue  # it reads every metric a step has: an empty step is trivially finite
+            assert ran == cls.able(frozenset(names), False), (name, subset)
+
+
+def test_coverage_counts_what_a_detector_needs_not_its_context_reads():
+    from rlcockpit.diagnostics.coverage import DetectorCoverage, logged_coverage
+
+    cov = [DetectorCoverage("kl_tiers", "kl", registry.get("kl_tiers").reads, 0, 5,
+                            ("kl/mean", "kl/token_mean", "kl/target", "kl/token_max")),
+           DetectorCoverage("length_hacking", "length_hacking",
+                            registry.get("length_hacking").reads, 5, 0, ("samples",))]
+    logged = logged_coverage(cov, ["response/length_mean"], lambda k: [k])
+    assert (logged.carried, logged.ran, logged.missed) == (1, 1, ())
+    # with a KL logged, a kl_tiers that did not run is a miss
+    logged = logged_coverage(cov, ["response/length_mean", "kl/mean"], lambda k: [k])
+    assert (logged.carried, logged.ran) == (2, 1) and logged.missed[0].detector == "kl_tiers"

@@ -132,6 +132,15 @@ class Detector(abc.ABC):
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.Config()
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        """Whether a log carrying the catalog ``names`` (and samples, when ``samples``) gives this
+        detector what it cannot run without — the coverage ``doctor`` reports is measured against
+        it. By default any input it reads; a detector whose other reads are context (a length to
+        convert a KL per token, a learning rate beside a value loss) narrows it to what it skips
+        without."""
+        return any(_present(read, names) for read in cls.reads) or (cls.reads_samples and samples)
+
     @abc.abstractmethod
     def update(self, view: StepView) -> Condition | Sequence[Condition] | _Skipped | None:
         """Read this step, update the window state, report the conditions present now."""
@@ -140,3 +149,8 @@ class Detector(abc.ABC):
              ) -> Condition | Sequence[Condition] | None:
         """Called without a new step (heartbeat checks); most detectors ignore it."""
         return None
+
+
+def _present(read: str, names: frozenset[str]) -> bool:
+    """``read`` among ``names`` (a trailing "/" matches any name under it)."""
+    return any(n.startswith(read) for n in names) if read.endswith("/") else read in names

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rlcockpit.diagnostics.base import Detector
+from rlcockpit.errors import ConfigError
 
 SAMPLES_INPUT = "samples"
 FOREIGN_PREFIX = "import/"  # how the importers store a key no alias table maps
@@ -141,11 +143,18 @@ class CarriedInputs:
     ran: bool
     carried: tuple[tuple[str, str], ...]
     missing: tuple[str, ...]
+    able: bool | None = None  # the detector's own test of what it needs (Detector.able); None: any
+
+    @property
+    def counted(self) -> bool:
+        """The log carries what the detector needs to run (by its own ``able`` test; a detector
+        that declares none: any input it reads)."""
+        return bool(self.carried) if self.able is None else self.able
 
     @property
     def should_have_run(self) -> bool:
-        """The log carries an input the detector reads, yet it never ran."""
-        return bool(self.carried) and not self.ran
+        """The log carries what the detector needs, yet it never ran."""
+        return self.counted and not self.ran
 
     @property
     def renamed(self) -> tuple[tuple[str, str], ...]:
@@ -162,11 +171,11 @@ class LoggedCoverage:
 
     @property
     def carried(self) -> int:
-        return sum(bool(d.carried) for d in self.detectors)
+        return sum(d.counted for d in self.detectors)
 
     @property
     def ran(self) -> int:
-        return sum(bool(d.carried) and d.ran for d in self.detectors)
+        return sum(d.counted and d.ran for d in self.detectors)
 
     @property
     def missed(self) -> tuple[CarriedInputs, ...]:
@@ -191,15 +200,35 @@ def logged_coverage(coverage: Sequence[DetectorCoverage], logged_keys: Iterable[
     alias table — :func:`rlcockpit.integrations.aliases.catalog_meanings` (itself for a catalog
     name, empty for a key no table knows). A detector's metric input is *carried* when some
     logged key means it; a catalog name is preferred over a foreign key as the carrier.
+    A registered detector's own :meth:`~rlcockpit.diagnostics.base.Detector.able` says whether
+    what is carried is what it needs (its other reads are context); the run's samples count when
+    the replay saw any (``samples`` not missing for a detector that reads them).
     """
     carriers: dict[str, str] = {}
     for key in sorted(logged_keys, key=lambda k: (k.startswith(FOREIGN_PREFIX), k)):
         for name in meanings(key):
             carriers.setdefault(name, key)
+    from rlcockpit.diagnostics import registry
+
+    names = frozenset(carriers)
+    classes = {cov.detector: _registered(registry, cov.detector) for cov in coverage}
+    samples = any(SAMPLES_INPUT not in cov.missing for cov in coverage
+                  if classes[cov.detector] is not None and classes[cov.detector].reads_samples)
     rows = []
     for cov in coverage:
         carried = tuple((read, key) for read in cov.reads
                         if (key := _carrier(read, carriers)) is not None)
+        cls = classes[cov.detector]
+        able = cls.able(names, samples) if cls is not None else None
         rows.append(CarriedInputs(detector=cov.detector, ran=cov.state == RAN, carried=carried,
-                                  missing=cov.missing))
+                                  missing=cov.missing, able=able))
     return LoggedCoverage(tuple(rows))
+
+
+def _registered(registry: Any, name: str) -> Any:
+    """The registered detector class of ``name``, or None (a custom detector known only to the
+    engine that ran it: then any input it reads counts)."""
+    try:
+        return registry.get(name)
+    except ConfigError:
+        return None

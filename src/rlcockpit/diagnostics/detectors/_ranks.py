@@ -41,3 +41,9 @@ def rank_list(ranks: Iterable[int]) -> str:
     """``"1"``, ``"1 and 3"``, ``"1, 3 and 5"``."""
     names = [str(r) for r in sorted(ranks)]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def ranks_logged(names: frozenset[str], quantity: str) -> int:
+    """How many ranks log ``dist/<quantity>/rank/<r>`` among ``names`` (a detector's coverage)."""
+    prefix = f"dist/{quantity}/rank/"
+    return sum(1 for n in names if n.startswith(prefix) and n[len(prefix):].isdigit())

@@ -109,6 +109,10 @@ class BaselineDetector(Detector):
     signal = "baseline run"
     Config = BaselineConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return False  # it needs a baseline run (diagnostics.baseline), which no log carries
+
     def __init__(self, config: BaselineConfig | None = None) -> None:
         super().__init__(config)
         self.baseline: Baseline | None = None

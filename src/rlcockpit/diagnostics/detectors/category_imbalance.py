@@ -126,6 +126,12 @@ class CategoryImbalance(Detector):
     signal = "category reward"
     Config = CategoryImbalanceConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        cats = {n[len(PREFIX):-len("/mean")] for n in names
+                if n.startswith(PREFIX) and n.endswith("/mean")}
+        return len({c for c in cats if "/" not in c}) >= 2 or samples
+
     def __init__(self, config: CategoryImbalanceConfig | None = None) -> None:
         super().__init__(config)
         self._cats: dict[str, _Category] = {}

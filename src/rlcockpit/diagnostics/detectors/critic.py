@@ -86,6 +86,10 @@ class Critic(Detector):
     signal = "value loss"
     Config = CriticConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "value/loss" in names
+
     def __init__(self, config: CriticConfig | None = None) -> None:
         super().__init__(config)
         cfg = self.config

@@ -68,6 +68,10 @@ class CriticLearning(Detector):
     signal = "critic"
     Config = CriticLearningConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "value/loss" in names
+
     def __init__(self, config: CriticLearningConfig | None = None) -> None:
         super().__init__(config)
         self._frozen = Streak()

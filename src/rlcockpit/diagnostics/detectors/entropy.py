@@ -76,6 +76,10 @@ class Entropy(Detector):
     signal = "entropy"
     Config = EntropyConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "policy/entropy" in names
+
     def __init__(self, config: EntropyConfig | None = None) -> None:
         super().__init__(config)
         self._window = Window(self.config.window)

@@ -64,6 +64,10 @@ class EntropyTrend(Detector):
     signal = "entropy"
     Config = EntropyTrendConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "policy/entropy" in names
+
     def __init__(self, config: EntropyTrendConfig | None = None) -> None:
         super().__init__(config)
         self._entropy = Window(self.config.window)

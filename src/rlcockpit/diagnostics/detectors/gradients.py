@@ -116,6 +116,11 @@ class Gradients(Detector):
     signal = "grad norm"
     Config = GradientsConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return bool({"grad/norm/actor", "grad/norm/critic", "policy/loss"} & names) \
+            or any(n.startswith("grad/norm/layer/") for n in names)
+
     def __init__(self, config: GradientsConfig | None = None) -> None:
         super().__init__(config)
         cfg = self.config

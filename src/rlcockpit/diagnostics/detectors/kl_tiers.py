@@ -102,6 +102,10 @@ class KLTiers(Detector):
     signal = "KL"
     Config = KLTiersConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return bool({"kl/mean", "kl/token_mean"} & names)
+
     def __init__(self, config: KLTiersConfig | None = None) -> None:
         super().__init__(config)
         cfg = self.config

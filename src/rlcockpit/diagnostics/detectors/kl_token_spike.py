@@ -69,6 +69,10 @@ class KLTokenSpike(Detector):
     signal = "token KL"
     Config = KLTokenSpikeConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "kl/token_max" in names
+
     def __init__(self, config: KLTokenSpikeConfig | None = None) -> None:
         super().__init__(config)
         self._last: Condition | None = None

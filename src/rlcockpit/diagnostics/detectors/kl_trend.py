@@ -73,6 +73,10 @@ class KLTrend(Detector):
     signal = "KL"
     Config = KLTrendConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return bool({"kl/mean", "kl/token_mean"} & names)
+
     def __init__(self, config: KLTrendConfig | None = None) -> None:
         super().__init__(config)
         self._kl = Window(self.config.window)

@@ -81,6 +81,10 @@ class KLZero(Detector):
     signal = "KL"
     Config = KLZeroConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return bool({"kl/mean", "kl/token_mean"} & names)
+
     def __init__(self, config: KLZeroConfig | None = None) -> None:
         super().__init__(config)
         self._history = Window(self.config.window)

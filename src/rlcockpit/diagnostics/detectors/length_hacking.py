@@ -130,6 +130,10 @@ class LengthHacking(Detector):
     signal = "response length"
     Config = LengthHackingConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "response/length_mean" in names or samples
+
     def __init__(self, config: LengthHackingConfig | None = None) -> None:
         super().__init__(config)
         cfg = self.config

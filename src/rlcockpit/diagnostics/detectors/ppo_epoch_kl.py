@@ -86,6 +86,10 @@ class PPOEpochKL(Detector):
     signal = "PPO-cycle KL"
     Config = PPOEpochKLConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return bool({"policy/approx_kl", "kl/cycle_delta"} & names)
+
     def __init__(self, config: PPOEpochKLConfig | None = None) -> None:
         super().__init__(config)
         self._approx = Streak()

@@ -47,6 +47,10 @@ class RankDivergence(Detector):
     patterns = ("dist_param_mismatch",)
     signal = "parameter hash"
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return bool({"dist/param_hash_mismatch", "dist/param_hash_checked"} & names)
+
     def __init__(self, config: object = None) -> None:
         super().__init__(config)
         self._checks = 0

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._ranks import others, others_median, per_rank
+from rlcockpit.diagnostics.detectors._ranks import others, others_median, per_rank, ranks_logged
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Streak, Window, median, robust_z
 
@@ -96,6 +96,10 @@ class RankGradOutlier(Detector):
     patterns = ("rank_grad_outlier",)
     signal = "rank grad norm"
     Config = RankGradOutlierConfig
+
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return ranks_logged(names, "grad_norm") >= 2
 
     def __init__(self, config: RankGradOutlierConfig | None = None) -> None:
         super().__init__(config)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._ranks import per_rank
+from rlcockpit.diagnostics.detectors._ranks import per_rank, ranks_logged
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import Window, median
 
@@ -63,6 +63,10 @@ class RankHeartbeat(Detector):
     patterns = ("heartbeat_lost",)
     signal = "rank heartbeat"
     Config = RankHeartbeatConfig
+
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return ranks_logged(names, "heartbeat_age_s") >= 1
 
     def __init__(self, config: RankHeartbeatConfig | None = None) -> None:
         super().__init__(config)

@@ -78,6 +78,11 @@ class RewardDrift(Detector):
     signal = "reward magnitude"
     Config = RewardDriftConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return {"reward/min", "reward/max"} <= names or {"reward/mean", "reward/std"} <= names \
+            or samples
+
     def __init__(self, config: RewardDriftConfig | None = None) -> None:
         super().__init__(config)
         self._sizes = Window(self.config.window)

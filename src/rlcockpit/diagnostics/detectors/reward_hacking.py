@@ -163,6 +163,10 @@ class RewardHacking(Detector):
     signal = "reward"
     Config = RewardHackingConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "reward/mean" in names or samples
+
     def __init__(self, config: RewardHackingConfig | None = None) -> None:
         super().__init__(config)
         cfg = self.config

@@ -70,6 +70,10 @@ class RewardProgress(Detector):
     signal = "reward"
     Config = RewardProgressConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "reward/mean" in names
+
     def __init__(self, config: RewardProgressConfig | None = None) -> None:
         super().__init__(config)
         self._values: list[float] = []

@@ -78,6 +78,10 @@ class RewardScale(Detector):
     signal = "reward scale"
     Config = RewardScaleConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "reward/std" in names
+
     def __init__(self, config: RewardScaleConfig | None = None) -> None:
         super().__init__(config)
         cfg = self.config

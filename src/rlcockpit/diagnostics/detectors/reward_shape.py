@@ -96,6 +96,10 @@ class RewardShape(Detector):
     signal = "reward distribution"
     Config = RewardShapeConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "reward/mean" in names or samples
+
     def __init__(self, config: RewardShapeConfig | None = None) -> None:
         super().__init__(config)
         cfg = self.config

@@ -145,6 +145,13 @@ class RMComponentBias(Detector):
     signal = "reward component"
     Config = RMComponentBiasConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        parts = [n.split("/") for n in names]
+        found = {p[1] for p in parts if len(p) == 3 and p[0] == "reward" and p[2] == "mean"
+                 and p[1] not in NOT_COMPONENTS}
+        return len(found) >= 2 or samples
+
     def __init__(self, config: RMComponentBiasConfig | None = None) -> None:
         super().__init__(config)
         self._parts: dict[str, _Component] = {}

@@ -56,6 +56,10 @@ class RMFallbackRise(Detector):
     signal = "rule fallback"
     Config = RMFallbackRiseConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "reward/fallback_frac" in names
+
     def __init__(self, config: RMFallbackRiseConfig | None = None) -> None:
         super().__init__(config)
         self._frac = Window(self.config.window)

@@ -84,6 +84,10 @@ class RMStaleness(Detector):
     signal = "reward model fit"
     Config = RMStalenessConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "reward/std" in names or samples
+
     def __init__(self, config: RMStalenessConfig | None = None) -> None:
         super().__init__(config)
         cfg = self.config

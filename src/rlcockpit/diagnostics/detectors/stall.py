@@ -125,6 +125,10 @@ class Stall(Detector):
     signal = "reward/KL"
     Config = StallConfig
 
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return "reward/mean" in names and bool({"kl/mean", "kl/token_mean"} & names)
+
     def __init__(self, config: StallConfig | None = None) -> None:
         super().__init__(config)
         self._reward = Window(self.config.window)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors._ranks import PHASES, others_median, per_rank
+from rlcockpit.diagnostics.detectors._ranks import PHASES, others_median, per_rank, ranks_logged
 from rlcockpit.diagnostics.registry import register
 
 _STEP = "step"  # the fallback signal: the rank's whole step
@@ -98,6 +98,11 @@ class Straggler(Detector):
     patterns = ("rank_straggler",)
     signal = "rank phase time"
     Config = StragglerConfig
+
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        phases = [ranks_logged(names, f"time/{p}_s") for p in PHASES]
+        return max(phases) >= 2 or (not any(phases) and ranks_logged(names, "step_s") >= 2)
 
     def __init__(self, config: StragglerConfig | None = None) -> None:
         super().__init__(config)
