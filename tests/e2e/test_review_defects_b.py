@@ -265,9 +265,9 @@ def test_an_incident_ranks_its_library_entries_and_findings_link_the_dashboard(i
     entropy.locator("svg").wait_for()
     link = red.locator("a.finding-dashboard")
     assert link.inner_text() == "Dashboard at step 10"
+    assert "zoom=0~30" in link.get_attribute("href").replace("%7E", "~")
     link.click()
     page.locator("#chart-kl[data-points='60']").wait_for()
-    assert "zoom=0~30" in page.url.replace("%7E", "~"), page.url
     zoom = "() => { const z = echarts.getInstanceByDom(document.getElementById('chart-reward')).getOption().dataZoom[0]; return [z.startValue, z.endValue]; }"
     zoomed = lambda: (lambda v: v[0] <= 1 and 29 <= v[1] <= 32)(page.evaluate(zoom))  # noqa: E731 (ECharts snaps to a point)
     wait_for(zoomed, what="the dashboard zoomed on steps 0-30 of 60")
@@ -294,3 +294,87 @@ def test_library_answers_reward_not_rising_with_a_stall_and_shows_no_seed_sectio
         assert not re.search(SEED_REF, text), re.search(SEED_REF, text)  # "(000 §5)", "as in 000 §4.3": not on screen
         assert "()" not in text and "（）" not in text
         assert p.locator("#library-seed").count() == 0
+
+
+class _Clock:
+    """time.time() of the telemetry writer, moved by the test (a run that took an hour)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __getattr__(self, name):
+        import time
+
+        return getattr(time, name)
+
+    def time(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def axis_store(tmp_path, monkeypatch):
+    """A finished run of 37 steps, 97 s apart (an hour of wall clock), its KL below the warning line
+    (target 0.07: the line at 0.105 sets the axis end, 1.05 x 0.105 = 0.11025000000000001)."""
+    import rlcockpit
+    import rlcockpit.telemetry.run as run_module
+
+    clock = _Clock(1767258000.0)
+    monkeypatch.setattr(run_module, "time", clock)
+    uri = f"sqlite:///{tmp_path / 'axis.db'}"
+    run = rlcockpit.init(project="axis", name="axis", store=uri, run_id="axis-run")
+    for step in range(1, 38):
+        clock.now += 97.0
+        run.log(step, {"reward/mean": 0.013 * step, "kl/mean": 0.002 * step, "kl/target": 0.07,
+                       "policy/entropy": 2 - 0.01 * step})
+        run.commit(step)
+    run.close()
+    return uri
+
+
+# the drawn (not hidden) axis labels of a chart: [text, left, right, top, bottom] in the chart's pixels
+AXIS_LABELS = """([id, axis]) => {
+  const c = echarts.getInstanceByDom(document.getElementById(id));
+  const g = c.getModel().getComponent('grid').coordinateSystem.getRect();
+  return c.getZr().storage.getDisplayList(true).filter((d) => d.style && typeof d.style.text === 'string' && d.style.text)
+    .map((d) => { const r = d.getBoundingRect().clone(); r.applyTransform(d.getComputedTransform()); return [d.style.text, r.x, r.x + r.width, r.y, r.y + r.height]; })
+    .filter(([, x0, x1, y0, y1]) => axis === 'x' ? y0 >= g.y + g.height - 1 && y0 < g.y + g.height + 16
+      : x1 <= g.x + 1 && y0 >= g.y - 10 && y1 <= g.y + g.height + 10);
+}"""
+
+
+def _no_overlap(labels):
+    spans = sorted((x0, x1, text) for text, x0, x1, *_ in labels)
+    return all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_chart_axes_are_readable_in_both_languages_and_the_page_fits_390_px(axis_store, browser, serve, width):
+    import re
+
+    server = serve(axis_store)
+    probes: list = []
+    for locale, x in (("en-US", "step"), ("zh-CN", "wall")):
+        context, page = _context(browser, width, locale=locale, probes=probes)
+        try:
+            page.goto(f"{server.url}/#/run/axis-run/dashboard?x={x}")
+            page.locator("#chart-kl[data-points='37']").wait_for()
+            page.wait_for_timeout(300)
+            for chart in ("chart-kl", "chart-reward"):
+                xs = page.evaluate(AXIS_LABELS, [chart, "x"])
+                ok, spans = _no_overlap(xs)
+                assert len(xs) >= 2 and ok, (locale, x, chart, spans)  # wall-clock times, the last two steps
+            ys = [text for text, *_ in page.evaluate(AXIS_LABELS, ["chart-kl", "y"])]
+            assert all(re.fullmatch(r"-?\d+(\.\d{1,3})?", y) for y in ys), " ".join(ys)  # never 0.11025000000000001
+            unit = page.evaluate("() => echarts.getInstanceByDom(document.getElementById('chart-kl')).getOption().yAxis[0].name")
+            assert unit == ("nats" if locale == "en-US" else "奈特"), unit
+            sideways = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            assert page.evaluate(sideways) <= 0, f"the dashboard scrolls sideways at {width} px"
+            if width == 390:
+                for route in ("alerts", "cost", "samples"):
+                    page.goto(f"{server.url}/#/run/axis-run/{route}")
+                    page.wait_for_timeout(600)
+                    assert page.evaluate(sideways) <= 0, f"{route} scrolls sideways at 390 px"
+        finally:
+            context.close()
+    errors = [e for p in probes for e in p.unexpected()]
+    assert not errors, errors

@@ -79,6 +79,22 @@ export function duration(seconds) {
 }
 
 export const X_MODES = ["step", "wall", "rel"];
+const X_LABEL_PX = 80; // room per x tick label: fewer ticks on a narrow chart
+
+// A "nice" ceiling for an axis end set from a value (the KL chart keeps its warning line in view):
+// 0.1575 -> 0.16, never the raw 0.15750000000000003 printed as the top label.
+export function niceCeil(x) {
+  if (!Number.isFinite(x) || x === 0) return x;
+  const p = 10 ** (Math.floor(Math.log10(Math.abs(x))) - 1);
+  return Number((Math.ceil(x / p) * p).toPrecision(12));
+}
+
+// The y axis title: the catalog unit in the current language ("nats" -> "奈特"), as logged if unknown.
+export function unitLabel(unit) {
+  if (!unit) return "";
+  const key = `unit.${String(unit).toLowerCase().replace(/[^a-z0-9]+/g, "_").replace(/^_|_$/g, "")}`;
+  return t(key) === key ? unit : t(key);
+}
 const MARKER_GAP_PX = 18; // annotations closer than this on screen collapse into one marker
 
 // Group marks (sorted by pixel) so that no two markers are closer than `gap` pixels.
@@ -288,7 +304,9 @@ export class StepChart {
     if (hlines.length && !log) {
       // keep the target / warning lines in view even when the curve stays below them
       const top = Math.max(...hlines.map((l) => l.value));
-      option.yAxis.max = (v) => Math.max(v.max, top + 0.05 * Math.abs(top));
+      option.yAxis.max = (v) => niceCeil(Math.max(v.max, top + 0.05 * Math.abs(top)));
+      // that end is rarely a tick: its label would print over the tick below it
+      option.yAxis.axisLabel = { ...option.yAxis.axisLabel, showMaxLabel: false };
     } else {
       option.yAxis.max = option.yAxis.max ?? null; // a subclass's option() may fix it (panels' y range)
     }
@@ -304,18 +322,21 @@ export class StepChart {
 
   unit() {
     const name = this.spec.primary || [...this.data.keys()][0] || this.spec.names[0];
-    return this.spec.unit ?? this.units[name] ?? "";
+    return unitLabel(this.spec.unit ?? this.units[name] ?? "");
   }
 
   xAxisOption(st) {
     const mode = this.xMode;
-    const base = { min: "dataMin", max: "dataMax", axisLabel: st.axisLabel, nameLocation: "middle", nameGap: 20,
+    // hideOverlap: labels that would touch (the last two ticks, wall-clock times) are left out
+    const label = { ...st.axisLabel, hideOverlap: true };
+    const splitNumber = Math.max(2, Math.min(5, Math.floor((this.el.clientWidth || 400) / X_LABEL_PX)));
+    const base = { min: "dataMin", max: "dataMax", axisLabel: label, splitNumber, nameLocation: "middle", nameGap: 20,
       nameTextStyle: { fontSize: 10, color: st.c.muted }, splitLine: { lineStyle: { color: st.c.grid } } };
     if (mode === "wall") return { ...base, type: "time", name: t("axis.wall") };
-    if (mode === "rel") return { ...base, type: "value", name: t("axis.rel"), axisLabel: { ...st.axisLabel, formatter: (v) => duration(v) } };
+    if (mode === "rel") return { ...base, type: "value", name: t("axis.rel"), axisLabel: { ...label, formatter: (v) => duration(v) } };
     // integer step ticks: a zoomed axis never shows step 12.4
     return { ...base, type: "value", name: t("axis.step"), minInterval: 1,
-      axisLabel: { ...st.axisLabel, formatter: (v) => (Number.isInteger(v) ? String(v) : "") } };
+      axisLabel: { ...label, formatter: (v) => (Number.isInteger(v) ? String(v) : "") } };
   }
 
   option(series) {
