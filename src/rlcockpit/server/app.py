@@ -79,7 +79,8 @@ def create_app(settings: ServerSettings, store: Any = None, *, access: Any = Non
     app.state.streams = workers.StreamSlots(settings.max_streams)
     app.state.stream_reads = SharedReads(reader, ttl_s=settings.sse_poll_s)
     app.state.stream_checks = SharedChecks(settings.stream_auth_check_s)
-    read_cache = ReadCache(settings.read_cache_s, settings.worker_nice) if settings.read_cache_s > 0 else None
+    read_cache = (ReadCache(settings.read_cache_s, settings.worker_nice, reader)
+                  if settings.read_cache_s > 0 else None)
     app.state.read_cache = read_cache
     handlers.install(app)
     for router in READ_ROUTERS + (CONTROL_ROUTERS if control is not None else ()):

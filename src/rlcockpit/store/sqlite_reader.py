@@ -71,6 +71,10 @@ class SqliteReader:
             raise rows.run_not_found(run_id)
         return self._run_info(found[0])
 
+    def data_version(self) -> int:
+        """This thread's connection's ``PRAGMA data_version``: moves when another one commits."""
+        return int(self._q("PRAGMA data_version")[0][0])
+
     def get_lease(self, run_id: str) -> RunLease | None:
         """Who writes the run now (None: nobody holds its lease); store/sqlite_lease.py."""
         key = self._run_key(run_id)

@@ -134,9 +134,8 @@ async def _events(request: Request, reader: Any, settings: ServerSettings, run: 
                 yield message("error", None, exc.to_dict())
                 await asyncio.sleep(settings.sse_poll_s)
                 continue
-            for text in poll.messages:
-                yield text
-            if poll.messages:
+            if poll.messages:  # one write for the poll: 50 streams x 11 messages a second made
+                yield "".join(poll.messages)  # 550 sends a second, one per message
                 quiet_since = time.monotonic()
             elif time.monotonic() - quiet_since >= settings.keepalive_s:
                 yield keepalive()
