@@ -197,3 +197,16 @@ def test_coverage_counts_what_a_detector_needs_not_its_context_reads():
     # with a KL logged, a kl_tiers that did not run is a miss
     logged = logged_coverage(cov, ["response/length_mean", "kl/mean"], lambda k: [k])
     assert (logged.carried, logged.ran) == (2, 1) and logged.missed[0].detector == "kl_tiers"
+
+
+def test_an_approx_kl_jump_is_orange_only_once_the_policy_moves_a_practical_amount():
+    # unseen-faults seed 702, healthy twin: 1.4e-4 -> 1.1e-3 early in training (8x a near-zero
+    # level: yellow); the too-many-epochs fault reaches 7e-3 (orange)
+    rng = np.random.default_rng(702)
+    base = [{"policy/approx_kl": float(v)} for v in rng.uniform(1.2e-4, 1.6e-4, size=15)]
+    small = base + [{"policy/approx_kl": 1.1e-3}] * 3
+    step, cond = first(make("ppo_epoch_kl"), small, key="approx_jump")
+    assert cond is not None and cond.severity == "yellow"
+    assert first(make("ppo_epoch_kl"), small, "orange", "approx_jump")[0] is None
+    large = base + [{"policy/approx_kl": 7e-3}] * 3
+    assert first(make("ppo_epoch_kl"), large, "orange", "approx_jump")[0] is not None

@@ -19,7 +19,11 @@ Practical significance: orange at most, never red. ``approx_kl`` is a bound in t
 units — > 0.02 nats per token between the rollout and the updated policy (PPO's usual ``target_kl``)
 for 2 steps — at any model size; ``approx_jump`` (a 3-step median ≥ 8× its own level) and
 ``cycle_delta`` (off by default) are relative. The jump's level is the larger of the median and
-1.4826 × MAD of 20 steps; a level ≤ 0 (exact zeros) is not judged, but there is no floor above 0.
+1.4826 × MAD of 20 steps; a level ≤ 0 (exact zeros) is not judged. A jump is orange only once the
+approx KL reaches ``jump_floor`` (0.002 nats per token, a tenth of the usual ``target_kl``), yellow
+below it: a healthy tiny PPO twin (unseen-faults seed 702, step 16) went 1.4e-4 → 1.1e-3 early in
+training — 8× a near-zero level, yet a policy that barely moves; the too-many-epochs fault reaches
+7e-3.
 Scale assumptions: approx KL is per token (old vs new policy: any model size); the cycle growth
 is per sequence, relative to the target (rlcockpit's trainer logs ``kl/target``; without one the
 cycle check is not judged).
@@ -69,6 +73,10 @@ class PPOEpochKLConfig(Config):
     jump_history: int = option(20, help="... over this many steps before them ...",
                                range=(3, 100000))
     jump_min_history: int = option(10, help="... once that many are known.", range=(3, 100000))
+    jump_floor: float = option(0.002, help="A jump is orange only when the approx KL reaches this "
+                               "(nats per token; a tenth of PPO's usual target_kl 0.02), yellow "
+                               "below: a policy moving 8× further than a near-zero level may still "
+                               "move very little.", range=(0.0, 1e6))
     rising_share: float = option(0.7, help="... and at least this share of them must be positive "
                                  "(the KL grows cycle after cycle, not a noisy KL swinging).",
                                  range=(0.0, 1.0))
@@ -121,10 +129,12 @@ class PPOEpochKL(Detector):
         if ratio < cfg.jump_ratio:
             return None
         evidence = {"approx_kl": now, "reference": level, "ratio": ratio,
-                    "threshold": cfg.jump_ratio, "epochs": view.finite("ppo/epochs"),
+                    "threshold": cfg.jump_ratio, "floor": cfg.jump_floor,
+                    "epochs": view.finite("ppo/epochs"),
                     "signal": "PPO-cycle KL",
                     "onset_step": lagged.onset(lambda v: v >= cfg.jump_ratio * level)}
-        return Condition("orange", f"the policy moves {ratio:.0f}× further per update than before "
+        return Condition("orange" if now >= cfg.jump_floor else "yellow",
+                         f"the policy moves {ratio:.0f}× further per update than before "
                          f"(approx KL {now:.2g} vs {level:.2g}): too many PPO epochs, or a "
                          "learning rate too high", evidence, key="approx_jump",
                          message_zh=f"每次更新策略移动的幅度为此前的 {ratio:.0f} 倍（近似 KL "
