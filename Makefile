@@ -47,7 +47,22 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check --no-cache src tests benchmarks
 	cd src && ../$(VENV)/bin/lint-imports ../pyproject.toml --no-cache
 
-test: $(STAMP) $(BROWSER) $(OPS_DAEMONS) lint
+# verl's real Tracking class and OpenRLHF's real logging module (tests/test_verl_real.py,
+# tests/test_openrlhf_real.py) in a venv of their own: verl pins transformers < 5.11, the project's
+# venv has the latest TRL. Both are installed --no-deps after only the packages their logging code
+# imports on a CPU (tests/requirements-verl-real.txt): their full sets pull ray[default], wandb,
+# datasets, flash-attn (CUDA) and deepspeed. torch is pinned first, as for the project venv.
+VERL_VENV    := .venv-verl
+VERL_PIN     := $(shell grep -m1 '^verl==' benchmarks/requirements-verl.txt)
+OPENRLHF_PIN := openrlhf==0.11.2
+$(VERL_VENV)/.installed: tests/requirements-verl-real.txt benchmarks/requirements-verl.txt pyproject.toml
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VERL_VENV)/bin/pip install --quiet -r tests/requirements-verl-real.txt -e . torch==2.13.0
+	$(VERL_VENV)/bin/pip install --quiet --no-deps $(VERL_PIN) $(OPENRLHF_PIN)
+	touch $@
+
+test: $(STAMP) $(BROWSER) $(OPS_DAEMONS) $(VERL_VENV)/.installed lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --timeout 900 --durations 15 tests
 
 # The edit loop: everything but the tests marked slow (training, browsers, TRL, Prometheus and
@@ -58,7 +73,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --timeout 300 -m "not slow" tests
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) .pytest_cache .ruff_cache
 
 # Trainer benchmarks (benchmarks/README.md). The project's [trl] extra (the TRL callback, its tests)
 # takes any TRL 1.x; the benchmarks pin theirs in their own venvs:

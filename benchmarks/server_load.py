@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--quick", action="store_true", help="5 clients, 12 s windows (a smoke run)")
     p.add_argument("--pin", action="store_true", help="trainer on CPU 0, server and clients on CPU 1 "
                    "(a spare core for the server; needs 2 CPUs and an otherwise idle machine)")
+    p.add_argument("--no-etags", action="store_true", help="clients do not send If-None-Match (a "
+                   "browser does: its HTTP cache revalidates with the last ETag)")
     p.add_argument("--drive", help=argparse.SUPPRESS)  # internal: run the clients against this URL
     p.add_argument("--run", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -96,7 +98,7 @@ def _bench(args: argparse.Namespace) -> dict:
             clients = subprocess.Popen(
                 ["nice", "-n", "19", sys.executable, __file__, "--drive", url, "--run", run_id,
                  "--clients", str(args.clients), "--window-s", str(args.window_s + 5),
-                 "--refresh-s", str(args.refresh_s)], stdout=subprocess.PIPE, text=True,
+                 "--refresh-s", str(args.refresh_s), *(["--no-etags"] if args.no_etags else [])], stdout=subprocess.PIPE, text=True,
                 preexec_fn=_on({1} if args.pin else None))
             time.sleep(5)  # clients connected and past their first full load
             cpu0 = {n: _cpu_s(p.pid) for n, p in (("trainer", trainer), ("server", server), ("clients", clients))}
@@ -217,9 +219,14 @@ def _log(text: str) -> None:
 
 
 def _drive(args: argparse.Namespace) -> dict:
-    stats = asyncio.run(_clients(args.drive, args.run, args.clients, args.window_s, args.refresh_s))
-    latencies = sorted(stats.pop("latencies"))
+    from _load_clients import run_clients
+
+    stats = asyncio.run(run_clients(args.drive, args.run, args.clients, args.window_s, args.refresh_s,
+                                    SERIES, etags=not args.no_etags))
+    latencies, server, lags = (sorted(stats.pop(k)) for k in ("latencies", "server_latencies", "lags"))
     out = {**stats, "p50_ms": _pct(latencies, 0.5), "p95_ms": _pct(latencies, 0.95),
+           "server_p50_ms": _pct(server, 0.5), "server_p95_ms": _pct(server, 0.95),
+           "server_timed": len(server), "client_lag_p95_ms": _pct(lags, 0.95),
            "error_rate": round(stats["errors"] / stats["requests"], 4) if stats["requests"] else None}
     print(json.dumps(out), flush=True)
     return out
@@ -227,72 +234,6 @@ def _drive(args: argparse.Namespace) -> dict:
 
 def _pct(ordered: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1) if ordered else None
-
-
-async def _clients(url: str, run: str, n: int, seconds: float, refresh_s: float) -> dict:
-    import httpx
-
-    stats = {"requests": 0, "errors": 0, "streams": 0, "stream_messages": 0, "latencies": [],
-             "errors_by": {}, "slowest_by_route": {}, "retried": 0}
-    # idle connections are dropped after 4 s, before uvicorn closes them (keep-alive 5 s): reusing
-    # one the server is closing made a rare ReadError that is the pool's race, not the server's
-    limits = httpx.Limits(max_connections=4 * n, max_keepalive_connections=4 * n, keepalive_expiry=4.0)
-    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as http:
-        stop = time.monotonic() + seconds
-        await asyncio.gather(*(_one_client(http, run, stop, refresh_s, stats) for _ in range(n)))
-    return stats
-
-
-async def _one_client(http, run: str, stop: float, refresh_s: float, stats: dict) -> None:
-    stream = asyncio.create_task(_stream(http, run, stop, stats))
-    while time.monotonic() < stop:
-        started = time.monotonic()
-        for path in (f"/api/runs/{run}/series?names={SERIES}&max_points=500", f"/api/runs/{run}/latest",
-                     f"/api/runs/{run}/samples?limit=20", f"/api/runs/{run}/findings",
-                     f"/api/runs/{run}/phases", f"/api/runs/{run}"):
-            t0 = time.monotonic()
-            try:
-                resp = await _get(http, path, stats)
-                status = f"{resp.status_code} {resp.json()['error']['code']}" if resp.status_code != 200 else "200"
-            except Exception as exc:  # a failed request is counted, the client goes on
-                status = type(exc).__name__
-            took = time.monotonic() - t0
-            route = path.split("?")[0].replace(f"/api/runs/{run}", "") or "/run"
-            stats["latencies"].append(took)
-            stats["requests"] += 1
-            slowest = stats["slowest_by_route"]
-            slowest[route] = round(max(slowest.get(route, 0.0), took * 1000), 1)
-            if status != "200":
-                stats["errors"] += 1
-                key = f"{route} {status}"
-                stats["errors_by"][key] = stats["errors_by"].get(key, 0) + 1
-        await asyncio.sleep(max(0.0, refresh_s - (time.monotonic() - started)))
-    stream.cancel()
-
-
-async def _get(http, path: str, stats: dict):
-    """GET once more when a kept-alive connection was closed under the request (as a browser
-    retries an idempotent request then); counted in ``stats["retried"]``, and an error if the
-    retry fails too."""
-    import httpx
-
-    try:
-        return await http.get(path)
-    except (httpx.ReadError, httpx.RemoteProtocolError):
-        stats["retried"] += 1
-        return await http.get(path)
-
-
-async def _stream(http, run: str, stop: float, stats: dict) -> None:
-    try:
-        async with http.stream("GET", f"/api/runs/{run}/stream", timeout=None) as resp:
-            stats["streams"] += 1
-            async for line in resp.aiter_lines():
-                stats["stream_messages"] += line.startswith("event:")
-                if time.monotonic() > stop:
-                    return
-    except Exception:  # the benchmark ends the stream by cancelling it
-        return
 
 
 if __name__ == "__main__":

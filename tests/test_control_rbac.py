@@ -26,6 +26,8 @@ ENDPOINTS = [
     ("GET", f"/api/runs/{RUN}/histograms?name=reward/hist", "viewer", None),
     ("GET", f"/api/runs/{RUN}/categories", "viewer", None),
     ("GET", f"/api/compare?runs={RUN}&names=kl/mean", "viewer", None),
+    ("GET", f"/api/summaries?runs={RUN}&names=kl/mean", "viewer", None),
+    ("GET", "/api/metric_names", "viewer", None),
     ("GET", f"/api/runs/{RUN}/samples", "viewer", None),
     ("GET", f"/api/runs/{RUN}/samples/1/0", "viewer", None),
     ("GET", f"/api/runs/{RUN}/sample_histogram", "viewer", None),

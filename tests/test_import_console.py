@@ -107,6 +107,26 @@ def test_openrlhf_global_step_lines_keep_their_step_and_values(tmp_path):
     assert "step_from" not in parsed.files[0]  # the step is OpenRLHF's own global step
 
 
+def test_openrlhf_sample_lines_and_tensorboard_text_import_as_one_sample_a_step(tmp_path):
+    """tests/fixtures/openrlhf_real: OpenRLHF 0.11.2's own init_logger and TensorboardLogger output.
+    A one-shot import keeps the step's sample as follow mode does, from either file, and once when
+    both are passed."""
+    real = CONSOLE.parent / "openrlhf_real"
+    event = next(real.glob("events.out.tfevents.*"))
+    for paths in ([real / "train.log"], [event], [real / "train.log", event]):
+        parsed = read_paths(paths)
+        got = sorted((s.step, s.sample_id, s.response, s.reward) for s in parsed.samples)
+        assert got == [(k, 0, f"question {k} answer {k}", 0.25 * k) for k in range(1, 5)], paths
+    db = tmp_path / "o.db"
+    assert main(["import", "--store", f"sqlite:///{db}", str(real / "train.log"), str(event)]) == 0
+    reader = open_store(db, create=False).reader()
+    try:
+        (run,) = reader.list_runs()
+        assert reader.summary(run.run_id).samples == 4
+    finally:
+        reader.close()
+
+
 def test_ms_swift_console_reads_the_step_and_the_run_clock(tmp_path):
     parsed = read_paths([CONSOLE / "ms_swift_grpo.log"])
     assert parsed.sources == {"ms-swift"} and parsed.steps == [1, 2]

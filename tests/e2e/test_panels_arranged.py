@@ -159,7 +159,11 @@ def test_panels_take_a_width_and_height_and_move_by_buttons_and_drag_and_the_arr
     page.locator("section.user-panel[data-panel='c']").hover()
     page.click("section.user-panel[data-panel='c'] .panel-left")
     wait_for(lambda: panel_order(page) == ["b", "c", "a"], what="c moved earlier")
+    wait_for(lambda: [p["id"] for p in saved_panels(uri)] == ["b", "c", "a"], what="the moves saved")
+    for pid in "abc":  # every box re-rendered by the moves is drawn again before the drag starts
+        drawn(page, pid)
     # drag: a's handle onto b puts a first
+    page.locator("section.user-panel[data-panel='b']").scroll_into_view_if_needed()
     page.locator("section.user-panel[data-panel='a']").hover()
     page.drag_and_drop("section.user-panel[data-panel='a'] .panel-handle", "section.user-panel[data-panel='b']")
     wait_for(lambda: panel_order(page) == ["a", "b", "c"], what="a dragged onto b")

@@ -46,13 +46,19 @@ def text_samples(event: Any) -> list[SampleRecord]:
         return []
     out = []
     for value in event.summary.value:
-        if SAMPLES_TAG not in value.tag or not value.HasField("tensor"):
-            continue
-        for raw in value.tensor.string_val:
-            match = _TEXT.match(raw.decode("utf-8", errors="replace"))
-            reward = _float(match.group("reward")) if match else None
-            if match and reward is not None:
-                out.append(sample_of(int(event.step), match.group("text").replace("\\n", "\n"), reward))
+        if SAMPLES_TAG in value.tag and value.HasField("tensor"):
+            out.extend(text_value_samples(int(event.step), value.tensor.string_val))
+    return out
+
+
+def text_value_samples(step: int, strings: Sequence[bytes]) -> list[SampleRecord]:
+    """The samples in the strings of one ``generated_samples`` text value at ``step``."""
+    out = []
+    for raw in strings:
+        match = _TEXT.match(raw.decode("utf-8", errors="replace"))
+        reward = _float(match.group("reward")) if match else None
+        if match and reward is not None:
+            out.append(sample_of(step, match.group("text").replace("\\n", "\n"), reward))
     return out
 
 

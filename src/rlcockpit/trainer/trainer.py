@@ -4,12 +4,14 @@
 
 :meth:`Trainer.run` reads top to bottom; each phase is one method, which times the phase and calls
 the module named after it: INIT ``setup.py``, ROLLOUT ``rollout.py``, SCORE ``score.py``, ADVANTAGE
-``advantage.py``, UPDATE ``update.py``, EVAL ``evaluation.py``, DIAGNOSE ``diagnosis.py``. HOTFIX,
-the boundary between two steps, reads here in :meth:`Trainer.hotfix`; the diagnostics' actions and
-the control link act on the trainer through its port (``port.py``), checkpoints are saved, restored
-and rolled back by ``checkpoint.py``. Every phase is timed (``time/<phase>_s``), recorded as a phase
-record (started / finished / failed) and watched for overruns. Live parameters change only in
-HOTFIX. Everything a step measures is logged once per step, then the step is committed as one unit.
+``advantage.py``, UPDATE ``update.py``, EVAL ``evaluation.py``, DIAGNOSE ``diagnosis.py``. Two parts
+``Trainer`` inherits: HOTFIX, the boundary between two steps, with the live inbox and the pause it
+applies (:meth:`Trainer.hotfix`, ``hotfix.py``), and taking checkpoints, rolling back and finishing
+the run (``checkpointing.py``, on the files of ``checkpoint.py``). The diagnostics' actions and the
+control link act on the trainer through its port (``port.py``). Every phase is timed
+(``time/<phase>_s``), recorded as a phase record (started / finished / failed) and watched for
+overruns. Live parameters change only in HOTFIX. Everything a step measures is logged once per
+step, then the step is committed as one unit.
 
 Data parallel (``group``, trainer/distributed.py): every rank runs this loop on its shard of the
 prompts; ADVANTAGE and UPDATE reduce over the group; DIAGNOSE gathers the ranks' steps to rank 0,
@@ -25,7 +27,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,14 @@ from rlcockpit.rewards import RewardFunction
 from rlcockpit.trainer import checkpoint as ckpt
 from rlcockpit.trainer import step_metrics as sm
 from rlcockpit.trainer.advantage import Normalizers, compute_advantages
+from rlcockpit.trainer.checkpointing import Checkpointing, TrainResult
 from rlcockpit.trainer.config import TrainConfig
 from rlcockpit.trainer.control_link import ControlLink
 from rlcockpit.trainer.controllers import Controllers
 from rlcockpit.trainer.diagnosis import Diagnosis
 from rlcockpit.trainer.distributed import FollowerRun, Group, merge_states, param_hash
 from rlcockpit.trainer.evaluation import Evaluator
+from rlcockpit.trainer.hotfix import HotfixBoundary
 from rlcockpit.trainer.live import LiveControl, LiveParams, PendingChange
 from rlcockpit.trainer.memory import MemoryMeter
 from rlcockpit.trainer.phases import PhaseClock
@@ -54,23 +57,15 @@ from rlcockpit.trainer.setup import Models, Prompts, build_components, open_run
 from rlcockpit.trainer.step import StepState
 from rlcockpit.trainer.update import Updater
 
+__all__ = ["PhaseListener", "StepHook", "StepObserver", "TrainResult", "Trainer"]
+
 log = logging.getLogger("rlcockpit.trainer")
 StepObserver = Callable[[int, dict[str, float]], Any]
 StepHook = Callable[["Trainer", int], Any]
 PhaseListener = Callable[[str, int, float, bool], Any]  # (phase, step, duration_s, ok)
 
 
-@dataclass(frozen=True)
-class TrainResult:
-    run_id: str
-    status: str  # finished | stopped | failed
-    step: int
-    metrics: dict[str, float]
-    checkpoint: str | None
-    store: str
-
-
-class Trainer:
+class Trainer(HotfixBoundary, Checkpointing):
     """``Trainer(cfg).run()``; ``trainer.live`` is the thread-safe inbox for live changes and commands.
 
     The diagnostics' actions and the control link act on it through its port
@@ -309,116 +304,7 @@ class Trainer:
             self._call_observer(fn, step, seen)
         self.last_metrics = seen
 
-    def hotfix(self, step: int) -> None:
-        """The boundary between two steps, in this order:
-
-        1. the diagnostics' actions (alert, save batch, snapshot, checkpoint, pause, stop), through
-           the executor (with a control plane each one is a ticket);
-        2. the control plane's approved tickets (parameter changes, commands; not rollbacks);
-        3. the sampling schedule's next stage, then every queued live-parameter change and command
-           (the inbox: tickets, actions, a person at the terminal);
-        4. the pause loop (tickets are still taken while paused);
-        5. periodic and requested checkpoints;
-        6. the step's phase times, then the step commit;
-        7. last, rollbacks: a black finding's (diagnostics) and an approved rollback ticket (control),
-           each loading a checkpoint in-process (``rollback_to``, trainer/checkpoint.py);
-        8. data parallel: rank 0 publishes what this boundary did; the other ranks apply it
-           (:meth:`_follow_hotfix`).
-        """
-        if not self.group.is_main:
-            self._follow_hotfix(step)
-            return
-        self.diagnosis.act(step)
-        if self.control is not None:
-            self.control.before_hotfix(step)
-        self._schedule_sampling(step + 1)
-        with self.clock.phase("HOTFIX", step):
-            self.apply_now(step)
-        self._wait_while_paused(step)
-        every = self.cfg.checkpoint.every
-        periodic = step > 0 and every > 0 and step % every == 0
-        requests = self._take_checkpoint_requests()
-        if periodic or requests:  # DIAGNOSE's and HOTFIX's times go into the store with the checkpoint
-            self._log_durations(step)
-        if periodic:
-            self.checkpoint(step, "periodic")
-        for item in requests:
-            path = self.checkpoint(step, "on_demand")
-            item.resolve(step, path=path)
-        self._log_durations(step)  # CHECKPOINT's own time: re-logged from the checkpoint on resume
-        self.telemetry.commit(step)
-        self.diagnosis.act(step, rollback=True)
-        if self.control is not None:
-            self.control.after_hotfix(step)
-        if self.group.distributed:
-            self.group.publish(self._boundary_record())
-
-    def _boundary_record(self) -> dict[str, Any]:
-        """What the other ranks must apply at this boundary to hold rank 0's state."""
-        ctl = self.controllers
-        record = {**self._boundary, "live": self.live.params.as_dict(), "kl": ctl.kl.state_dict(),
-                  "clip": ctl.clip.state_dict() if ctl.clip else None, "stop": self.stop_requested,
-                  "step": self.step}
-        self._boundary = {"checkpoints": [], "rollback": None}
-        return record
-
-    def _follow_hotfix(self, step: int) -> None:
-        """The other ranks' HOTFIX: wait for rank 0's record (as long as it is paused), add this
-        rank's RNG states to the checkpoints it wrote, roll back with it, take its live parameters,
-        controllers and stop flag."""
-        with self.clock.phase("HOTFIX", step):
-            record = self.group.receive()
-            for path in record["checkpoints"]:  # the RNG streams have not moved since the step ended
-                ckpt.save_rank_rng(Path(path), self.group.rank, self)
-                self.last_checkpoint = path
-            if record["rollback"]:
-                self.rollback_to(Path(record["rollback"]))
-            self.live.set_params(LiveParams(**record["live"]))
-            self.controllers.kl.load_state_dict(record["kl"])
-            if self.controllers.clip is not None and record["clip"] is not None:
-                self.controllers.clip.load_state_dict(record["clip"])
-            self.stop_requested = bool(record["stop"])
-        self.clock.take_durations()
-
     # ------------------------------------------------------------------ the port (trainer/port.py)
-
-    def apply_now(self, step: int) -> None:
-        """Apply what the live inbox holds right away (HOTFIX; the control link: commands, replays)."""
-        for item in self.live.drain():
-            self._handle(item, step)
-
-    def checkpoint(self, step: int, reason: str) -> str | None:
-        """Save a checkpoint; None when it could not be written (``checkpoint.on_error``)."""
-        with self.clock.phase("CHECKPOINT", step):
-            path = ckpt.checkpoint_dir(self.cfg.checkpoint.dir, self.telemetry.run_id, step)
-            try:
-                ckpt.save_checkpoint(path, actor=self.models.actor, tokenizer=self.models.tokenizer,
-                                     critic=self.models.critic, state=self.state_dict(), reason=reason)
-            except Exception as exc:  # a full disk must not end the run with a traceback: the policy says
-                self._checkpoint_failed(step, reason, path, exc)
-                return None
-            if self.group.distributed:
-                self._boundary["checkpoints"].append(str(path))  # the other ranks add their RNG states
-            self.telemetry.checkpoint(step, str(path), reason=reason)
-            # in the store before training goes on: a rollback ticket is validated against the
-            # stored checkpoints (a checkpoint write already takes far longer than this flush)
-            self.telemetry.flush(timeout=2.0)
-            if reason == "periodic":  # after the flush: whether the store lost steps is known now
-                ckpt.prune(path.parent, self.cfg.checkpoint.keep, protect=self._refill_anchor())
-        self.last_checkpoint = str(path)
-        return str(path)
-
-    def checkpoint_before(self, first_step: int) -> Path | None:
-        """The newest healthy checkpoint of this run taken before ``first_step`` (a rollback's target)."""
-        return ckpt.checkpoint_before(self.cfg.checkpoint.dir, self.telemetry.run_id, first_step)
-
-    def rollback_to(self, path: Path) -> int:
-        """Load checkpoint ``path`` into this running trainer; returns the step it goes back to."""
-        step = ckpt.restore(self, path)
-        ckpt.restore_rank_rng(self, path, self.group.rank)
-        if self.group.distributed and self.group.is_main:
-            self._boundary["rollback"] = str(path)  # the other ranks roll back with it
-        return step
 
     def validation_rewards(self, step: int) -> list[float] | None:
         """Total reward per validation prompt (fixed sampling seed), timed as an EVAL phase; the
@@ -429,83 +315,7 @@ class Trainer:
             totals, _ = self.evaluator.score(self.models.actor, step, self.live.params.max_new_tokens)
         return [float(x) for x in totals]
 
-    def state_dict(self) -> dict[str, Any]:
-        """Everything an exact resume needs besides the weights (trainer/checkpoint.py)."""
-        state = ckpt.trainer_state(self)
-        if self.group.distributed:
-            state["world_size"] = self.group.world_size
-        return state
-
-    # ------------------------------------------------------------------ end
-
-    def finish(self, status: str, reason: str | None) -> TrainResult:
-        """Final checkpoint (unless failed), close the run with its status."""
-        failure = None
-        try:
-            saved = bool(self.last_checkpoint and self.last_checkpoint.endswith(f"step_{self.step:07d}"))
-            if self.telemetry is not None and reason and self.cfg.checkpoint.at_end and self.step > 0 and not saved:
-                self._final_checkpoint(reason)
-        except ckpt.CheckpointError as exc:  # checkpoint.on_error=stop: the run fails, said once
-            status, failure = "failed", exc
-            self._record_failure(exc)
-        finally:
-            self.clock.close()
-            self.diagnosis.close()
-            lease = getattr(self.telemetry, "lease", None)
-            if self.control is not None and not (lease is not None and lease.lost):  # else: the new holder's tickets
-                self.control.close(status, self.step)
-            if self.telemetry is not None:
-                self.telemetry.close(status=status)
-        if failure is not None:
-            raise failure
-        run_id = self.telemetry.run_id if self.telemetry is not None else ""
-        return TrainResult(run_id, status, self.step, dict(self.last_metrics), self.last_checkpoint,
-                           self.cfg.telemetry.store)
-
-    def _final_checkpoint(self, reason: str) -> None:
-        """The checkpoint at the end: rank 0 writes it, then (data parallel, not after Ctrl-C, when
-        the ranks may not all get here) every other rank adds its RNG states."""
-        if self.group.is_main:
-            self.checkpoint(self.step, reason)
-            self.telemetry.log(self.step, {"time/checkpoint_s": self.clock.take_durations()["CHECKPOINT"]})
-        if self.group.distributed and reason != "interrupted":
-            self.group.barrier()
-            if not self.group.is_main:
-                path = ckpt.checkpoint_dir(self.cfg.checkpoint.dir, self.telemetry.run_id, self.step)
-                ckpt.save_rank_rng(path, self.group.rank, self)
-                self.last_checkpoint = str(path)
-
-    # ------------------------------------------------------------------ failures (checkpoint.py)
-
-    def _checkpoint_failed(self, step: int, reason: str, path: Path, exc: BaseException) -> None:
-        """A checkpoint that could not be written: an event, a loud warning (the partial directory
-        is gone: save_checkpoint); checkpoint.on_error=stop raises CheckpointError (one line)."""
-        text = ckpt.failure_text(exc)
-        policy = self.cfg.checkpoint.on_error
-        self.telemetry.event(step, "checkpoint_failed", {"reason": reason, "path": str(path), "error": text,
-                                                         "on_error": policy})
-        log.warning("CHECKPOINT FAILED at step %d (%s): %s; %s", step, path, text,
-                    "training goes on without it (checkpoint.on_error=continue)" if policy == "continue"
-                    else "stopping (checkpoint.on_error=stop)")
-        if policy == "stop":
-            raise ckpt.CheckpointError(
-                f"the checkpoint of step {step} could not be written to {path}: {text}; free space under "
-                "checkpoint.dir (or set checkpoint.on_error=continue to train on without it)",
-                details={"step": step, "path": str(path)}) from None
-
-    def _record_failure(self, exc: BaseException) -> None:
-        """The run_failed event of a run that ends on an exception (one line of it)."""
-        if self.telemetry is None or not self.group.is_main:
-            return
-        message = getattr(exc, "message", None) or str(exc)
-        self.telemetry.event(self.step, "run_failed", {"exception": type(exc).__name__,
-                                                       "message": (message.strip().splitlines() or [""])[0][:2000]})
-
-    def _refill_anchor(self) -> Path | None:
-        """While the store misses steps of this run (telemetry/spool), the checkpoint a resume
-        would refill them from: pruning keeps it."""
-        first = getattr(self.telemetry, "first_missing_step", None)
-        return self.checkpoint_before(first) if first is not None else None
+    # ------------------------------------------------------------------ helpers
 
     def _log_oom_retries(self) -> None:
         """An out-of-memory error that halved the micro-batches (trainer/memory.py): one event each."""
@@ -519,38 +329,9 @@ class Trainer:
         if durations:
             self.telemetry.log(step, {f"time/{p.lower()}_s": d for p, d in durations.items()})
 
-    def _after_resume(self) -> None:
-        """A resumed run re-logs its checkpoint step's time/checkpoint_s (logged after the checkpoint,
-        so a kill right after it lost it) and says why it resumed where it did (trainer/refill.py)."""
-        duration = ckpt.checkpoint_duration(self.resume_from)
-        # only when this store already holds the run (a resume), not a new run branched off the
-        # checkpoint into a store of its own (the detection benchmark's fault runs)
-        same_run = getattr(self.telemetry, "info", None) is not None and \
-            self.telemetry.info.last_step is not None
-        if duration is not None and self.step > 0 and same_run:
-            self.telemetry.log(self.step, {"time/checkpoint_s": duration})
-        if self.resume_note:
-            self.telemetry.event(self.step, "resume_refill", self.resume_note)
-            # marked missing until logged again (a refill) or for good (no checkpoint before them)
-            self.telemetry.mark_missing(s for lo, hi in self.resume_note["missing"] for s in range(lo, hi + 1))
-
-    # ------------------------------------------------------------------ helpers
-
     def n_samples(self, step: int) -> int:
         """Samples per prompt at ``step``: rollout.n_samples, or the rollout.schedule's stage."""
         return self.schedule.n_samples(step)
-
-    def _schedule_sampling(self, next_step: int) -> None:
-        """At a stage start, the schedule's temperature and top-p go through the live inbox (applied
-        in this HOTFIX, recorded as ``live_params_applied``): nothing changes silently, and a ticket
-        may still change them within the stage."""
-        stage = self.schedule.starting(next_step)
-        if stage is not None:
-            index, temperature, top_p, n = stage
-            self.live.request({"temperature": temperature, "top_p": top_p},
-                              reason=f"rollout.schedule={self.cfg.rollout.schedule} stage {index + 1}: "
-                                     f"{n} samples per prompt from step {next_step}",
-                              requested_by="sampling_schedule")
 
     def _eval_due(self, step: int) -> bool:
         every = self.cfg.eval.every
@@ -617,56 +398,6 @@ class Trainer:
         except Exception as exc:  # fail soft: a broken observer must not stop training
             log.warning("step observer %r failed at step %d: %s", fn, step, exc)
             self.telemetry.event(step, "observer_error", {"observer": repr(fn), "error": repr(exc)})
-
-    def _handle(self, item: PendingChange, step: int) -> None:
-        """One inbox item: a live-parameter change, or a command (checkpoint, pause, resume, stop)."""
-        if item.kind == "live_params":
-            self._apply_live(item, step)
-            return
-        if item.kind == "checkpoint":
-            self._checkpoint_requests.append(item)  # written after the other items, in HOTFIX
-            return
-        if item.kind == "pause":
-            self.paused, kind = True, "paused"
-        elif item.kind == "resume":
-            self.paused, kind = False, "resumed"
-        else:
-            self.stop_requested, kind = True, "stop_requested"
-        self.telemetry.event(step, kind, {"reason": item.reason, "requested_by": item.requested_by})
-        item.resolve(step)
-
-    def _apply_live(self, item: PendingChange, step: int) -> None:
-        before = self.live.params
-        after = before.replaced(item.changes)
-        ctl = self.controllers
-        if "kl_coef" in item.changes:
-            ctl.kl.coef = after.kl_coef
-        if "kl_target" in item.changes and self.cfg.kl.adaptive:
-            ctl.kl.target = after.kl_target
-        if "clip_eps" in item.changes and ctl.clip is not None:
-            ctl.clip.base_eps = after.clip_eps
-        self.live.set_params(after)
-        keys = sorted(item.changes)
-        payload = {"request_id": item.request_id, "step": step, "reason": item.reason, "requested_by": item.requested_by,
-                   "before": {k: getattr(before, k) for k in keys}, "after": {k: getattr(after, k) for k in keys}}
-        self.telemetry.event(step, "live_params_applied", payload)
-        self.diagnosis.note_change(step, payload)  # context for the findings that follow, not a cause
-        item.resolve(step)
-
-    def _wait_while_paused(self, step: int) -> None:
-        if not self.paused:
-            return
-        with self.clock.phase("PAUSED", step):
-            while self.paused and not self.stop_requested:
-                if self.control is not None:
-                    self.control.while_paused(step)
-                if self.live.wait(0.2):
-                    for item in self.live.drain():
-                        self._handle(item, step)
-
-    def _take_checkpoint_requests(self) -> list[PendingChange]:
-        items, self._checkpoint_requests = self._checkpoint_requests, []
-        return items
 
     # ------------------------------------------------------------------ phase records
 

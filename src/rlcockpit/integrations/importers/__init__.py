@@ -192,15 +192,23 @@ def _choose_files(candidates: list[tuple[Path, bool]], fmt: str | None, step_key
 
 
 def _check_sample_ids(parsed: ParsedImport) -> None:
-    seen: set[tuple[int, int]] = set()
+    """One sample per (step, sample id): the same sample read from two files (OpenRLHF's console
+    ``Sample:`` line and its TensorBoard ``generated_samples`` text) is kept once; two different
+    samples under one id are an error."""
+    seen: dict[tuple[int, int], tuple[str, str]] = {}
+    kept = []
     for sample in parsed.samples:
-        key = (sample.step, sample.sample_id)
+        key, text = (sample.step, sample.sample_id), (sample.prompt, sample.response)
         if key in seen:
+            if seen[key] == text:
+                continue
             raise ImportFormatError(
                 f"two samples share step {sample.step} and sample id {sample.sample_id}; the "
                 "same export was probably passed twice. Pass each file once.",
                 details={"step": sample.step, "sample_id": sample.sample_id})
-        seen.add(key)
+        seen[key] = text
+        kept.append(sample)
+    parsed.samples[:] = kept
 
 
 def new_run_id() -> str:

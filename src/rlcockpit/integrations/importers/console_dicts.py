@@ -14,6 +14,9 @@ Shapes read (anywhere in a line, after a logger's prefix):
 * the same dicts written as JSON objects one per line without a step (a ``log_history`` dumped
   line by line).
 
+OpenRLHF's ``Sample: ['<text>', <reward>]`` line (printed before its step's ``✨ Global step``
+line) becomes that step's sample, as in follow mode (integrations/follow_text.py).
+
 Values may be Python's bare ``nan``/``inf``/``-inf``, numpy / torch scalar reprs or text (text is
 skipped and counted, except ms-swift's ``elapsed_time`` clock). Lines that hold no dict — progress
 bars, warnings, tracebacks — are ignored and counted in the import summary.
@@ -26,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlcockpit.integrations.follow_text import console_sample, sample_of
 from rlcockpit.integrations.importers._base import (
     ParsedImport,
     add_foreign_steps,
@@ -117,11 +121,16 @@ class _Reader:
         self.last_step = 0
         self.seen: set[str] = set()  # every key of the records, for source detection
         self.noise = self.records = self.by_order = self.summaries = 0
+        self.sample: tuple[str, float] | None = None  # an OpenRLHF Sample line waiting for its step
 
     def line(self, number: int, text: str) -> None:
         record = _record(text, self.step_key)
         if record is None:
-            self.noise += 1
+            sample = console_sample(text)
+            if sample is None:
+                self.noise += 1
+            else:
+                self.sample = sample
             return
         step, values = record
         if SUMMARY_KEY in values:
@@ -135,6 +144,9 @@ class _Reader:
             self.by_order += 1
         self.last_step = step
         self.add(step, values, where)
+        if self.sample is not None:
+            self.parsed.samples.append(sample_of(step, *self.sample))
+            self.sample = None
 
     def add(self, step: int, values: dict[str, Any], where: str) -> None:
         self.seen.update(values)

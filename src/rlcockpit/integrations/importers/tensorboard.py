@@ -3,7 +3,8 @@
 Read with TensorBoard's own ``EventAccumulator`` (no TensorFlow needed), which also drops events
 orphaned by a restart from an earlier checkpoint. Scalar summaries (``add_scalar`` of
 ``torch.utils.tensorboard`` / tensorboardX, TensorFlow 1) and scalar tensors (TensorFlow 2
-``tf.summary.scalar``) are read; images, histograms and text are not. TensorBoard stores scalars as
+``tf.summary.scalar``) are read, and OpenRLHF's ``train/generated_samples`` text becomes its step's
+sample (as in follow mode, integrations/follow_text.py); images, histograms and other text are not. TensorBoard stores scalars as
 float32, so imported values carry float32 precision. Tags are renamed through the alias table
 after the usual logger prefixes (``train/`` from the Hugging Face Trainer and OpenRLHF) are
 recognised; the wall time of each point is kept.
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlcockpit.integrations.follow_text import SAMPLES_TAG, text_value_samples
 from rlcockpit.integrations.importers._base import ParsedImport, add_foreign_steps, fail
 
 FORMAT = "tensorboard"
@@ -99,20 +101,34 @@ def _rows(acc: Any) -> dict[int, dict[str, tuple[float, float]]]:
         for event in acc.Scalars(tag):
             rows.setdefault(event.step, {})[tag] = (float(event.value), event.wall_time)
     for tag in tags.get("tensors", []):
+        if SAMPLES_TAG in tag:
+            continue
         for step, value, wall in _tensor_points(acc, tag):
             rows.setdefault(step, {})[tag] = (value, wall)
     return rows
+
+
+def _samples(acc: Any) -> list:
+    """OpenRLHF's one sample a step, from its ``train/generated_samples`` text tag."""
+    out = []
+    for tag in acc.Tags().get("tensors", []):
+        if SAMPLES_TAG in tag:
+            for event in acc.Tensors(tag):
+                out.extend(text_value_samples(int(event.step), event.tensor_proto.string_val))
+    return out
 
 
 def read_file(path: Path, source: str | None, *,
               key_map: Mapping[str, str] | None = None) -> ParsedImport:
     parsed = ParsedImport()
     check_records(path)
-    rows = _rows(_accumulator(path))
+    acc = _accumulator(path)
+    rows = _rows(acc)
     if not rows:
         raise fail(path, "", "holds no scalar events (empty, corrupt or not an event file)",
                    "Pass event files written by add_scalar / tf.summary.scalar")
     used = add_foreign_steps(parsed, rows, source, key_map)
+    parsed.samples.extend(_samples(acc))
     parsed.files.append({"path": str(path.resolve()), "format": FORMAT, "source": used,
-                         "steps": len(rows)})
+                         "steps": len(rows), "samples": len(parsed.samples)})
     return parsed
