@@ -34,6 +34,9 @@ VIEWPORT = {"width": 1440, "height": 900}
 CHANGED_SHARE = 0.005
 STEPS = 40
 RUN_IDS = ("20261201-120000-docs01", "20261201-130000-docs02")
+# three seeds of two recipes (optim.lr 1e-5 vs 3e-5) for the many-runs pictures (issue 29)
+SEED_IDS = tuple(f"20261201-14{i:02d}00-seed{recipe}{seed}" for i, (recipe, seed) in
+                 enumerate((r, s) for r in "AB" for s in range(3)))
 
 # (language code, browser locale, label), (theme, prefers-color-scheme)
 LANGS = (("en", "en-US", "English"), ("zh", "zh-CN", "中文"))
@@ -72,6 +75,13 @@ SHOTS = (
     Shot("compare", "comparison of two runs", "#/compare?runs={run},{run_b}",
          "() => { const cs = [...document.querySelectorAll('#compare-charts .chart')]; "
          "return cs.length >= 4 && cs.every((c) => Number(c.dataset.points) > 0); }"),
+    Shot("groups", "three seeds of two recipes on the dashboard, grouped by optim.lr with mean ± std bands",
+         "#/run/{seed0}/dashboard?runs={seeds}&group=config:optim.lr",
+         "() => { const c = window.rlcockpit.dashboard && window.rlcockpit.dashboard.charts.reward; "
+         "return !!c && c.chart.getOption().series.filter((s) => s.type === 'custom').length === 2; }"),
+    Shot("sweep", "runs table with summary columns, sorted, and the sweep view (reward vs optim.lr)",
+         "#/runs?filter=seed&sum=last:reward/mean,at_best:reward/mean&sort=sum:last:reward/mean"
+         "&sweep_x=optim.lr&sweep_color=config:optim.lr", "#sweep-chart[data-points='6']"),
 )
 
 # The control plane's pages (docs/control.md), on a server with users (tests/control_testkit.py's
@@ -170,6 +180,22 @@ def docs_store(tmp_path_factory) -> tuple[str, str, str]:
         run.log(step, {k: v * 1.1 for k, v in storekit.step_metrics(step, rng).items()})
         run.commit(step)
     run.close()
+    for run_id in SEED_IDS:
+        recipe, seed = run_id[-2], int(run_id[-1])
+        lr, slope = (3e-5, 0.02) if recipe == "B" else (1e-5, 0.01)
+        run = rlcockpit.init(project="sweep", name=f"recipe{recipe}-seed{seed}", store=uri, run_id=run_id,
+                             config={"algo": "ppo", "optim": {"lr": lr}, "seed": seed})
+        noise = random.Random(seed)
+        for step in range(1, STEPS + 1):
+            metrics = {"reward/mean": 0.2 + slope * step + 0.03 * seed + 0.02 * noise.random(),
+                       "kl/mean": (0.004 if recipe == "A" else 0.002) * step * (1 + 0.1 * seed),
+                       "policy/entropy": 2.0 - 0.01 * step - 0.02 * seed, "policy/loss": 0.1 - 0.001 * step,
+                       "response/length_mean": 12.0 + step % 3 + seed}
+            if step % 5 == 0:
+                metrics["eval/reward/mean"] = (0.8 if recipe == "B" else 0.5) - 0.001 * (step - 25) ** 2
+            run.log(step, metrics)
+            run.commit(step)
+        run.close()
     return uri, RUN_IDS[0], RUN_IDS[1]
 
 
@@ -252,7 +278,8 @@ def test_screenshots_of_every_page_in_both_languages_and_themes(docs_store, cont
                 page.goto(f"{server.url}/#/runs")
                 assert page.evaluate("() => document.documentElement.dataset.theme") == theme
                 assert page.evaluate("() => document.documentElement.lang") == ("zh-CN" if lang == "zh" else "en")
-                shoot_all(page, server.url, {"run": run_id, "run_b": run_b}, lang, theme, out=out)
+                shoot_all(page, server.url, {"run": run_id, "run_b": run_b, "seed0": SEED_IDS[0],
+                                             "seeds": ",".join(SEED_IDS[1:])}, lang, theme, out=out)
                 page.add_init_script(f"localStorage.setItem('rlcockpit.token', {world.tokens['alex']!r})")
                 shoot_all(page, control.url, {}, lang, theme, CONTROL_SHOTS, out=out)
                 page.goto(f"{control.url}/#/library")  # no live stream open when the server stops

@@ -325,7 +325,8 @@ def axis_store(tmp_path, monkeypatch):
     for step in range(1, 38):
         clock.now += 97.0
         run.log(step, {"reward/mean": 0.013 * step, "kl/mean": 0.002 * step, "kl/target": 0.07,
-                       "policy/entropy": 2 - 0.01 * step})
+                       "policy/entropy": 2 - 0.01 * step,
+                       "policy/loss": 0.1 - 0.04 * step / 37})  # ends at 0.060000000000000005
         run.commit(step)
     run.close()
     return uri
@@ -363,8 +364,9 @@ def test_chart_axes_are_readable_in_both_languages_and_the_page_fits_390_px(axis
                 xs = page.evaluate(AXIS_LABELS, [chart, "x"])
                 ok, spans = _no_overlap(xs)
                 assert len(xs) >= 2 and ok, (locale, x, chart, spans)  # wall-clock times, the last two steps
-            ys = [text for text, *_ in page.evaluate(AXIS_LABELS, ["chart-kl", "y"])]
-            assert all(re.fullmatch(r"-?\d+(\.\d{1,3})?", y) for y in ys), " ".join(ys)  # never 0.11025000000000001
+            for chart in ("chart-kl", "chart-loss"):  # never 0.11025000000000001 or 0.060000000000000005
+                ys = [text for text, *_ in page.evaluate(AXIS_LABELS, [chart, "y"])]
+                assert ys and all(re.fullmatch(r"-?\d+(\.\d{1,3})?", y) for y in ys), (chart, " ".join(ys))
             unit = page.evaluate("() => echarts.getInstanceByDom(document.getElementById('chart-kl')).getOption().yAxis[0].name")
             assert unit == ("nats" if locale == "en-US" else "奈特"), unit
             sideways = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"

@@ -62,6 +62,13 @@ export function themeColors() {
     panel: cssVar("--panel", "#ffffff") };
 }
 const axisLabel = { fontSize: 10, color: "#64748b" };
+// A value-axis tick as a person writes it: ECharts' ticks carry float noise (0.1 - 7 × 0.005 =
+// 0.06500000000000002), which its default label prints whole and the grid then clips.
+export function tickLabel(v) {
+  if (typeof v !== "number" || !Number.isFinite(v)) return String(v);
+  const r = Number(v.toPrecision(6));
+  return r === 0 || Math.abs(r) >= 1e-4 ? r.toLocaleString("en-US", { maximumSignificantDigits: 6 }) : String(r);
+}
 const titleStyle = { fontSize: 13, fontWeight: 600, color: "#0f172a" };
 function styled() {
   const c = themeColors();
@@ -351,7 +358,7 @@ export class StepChart {
       axisPointer: { link: [{ xAxisIndex: "all" }] },
       grid: { left: 56, right: 18, top: 60, bottom: 36 },
       xAxis: this.xAxisOption(st),
-      yAxis: { type: this.opts.log ? "log" : "value", scale: true, axisLabel: st.axisLabel, name: unit, nameGap: 8,
+      yAxis: { type: this.opts.log ? "log" : "value", scale: true, axisLabel: { ...st.axisLabel, formatter: tickLabel }, name: unit, nameGap: 8,
         nameTextStyle: { fontSize: 10, color: st.c.muted, align: "left" }, splitLine: { lineStyle: { color: st.c.grid } } },
       dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }],
       series,

@@ -122,7 +122,7 @@ export class RunHeader {
       h("span", { class: "hdr-item", id: "run-step", dataset: { drop: "5" }, text: `${t("header.step")} ${fmt(lastStep ?? null)}` }),
       this.phaseNode(),
       h("span", { class: "hdr-item", id: "step-rate", title: t("header.step_rate_help"), dataset: { drop: "1" },
-        text: `${t("header.step_rate")} ${rate === null ? "—" : `${rate.toFixed(2)}/s`}` }),
+        text: `${t("header.step_rate")} ${rate === null ? "—" : `${rate >= 100 ? Math.round(rate).toLocaleString("en-US") : rate.toFixed(2)}/s`}` }),
       h("span", { class: "conn", id: "conn-state" }),
     );
     this.renderConnection(this.live.state);
