@@ -174,6 +174,48 @@ def test_panels_take_a_width_and_height_and_move_by_buttons_and_drag_and_the_arr
     assert page.get_attribute("section.user-panel[data-panel='a']", "data-width") == "4"
 
 
+def test_a_panel_is_resized_by_dragging_its_corner_and_the_size_is_saved(runs, serve, page):
+    uri, ids = runs
+    server = serve(uri)
+    put_layout(server, {"panels": [{"id": pid, "title": pid, "metrics": ["eval/accuracy/math"], "runs": []} for pid in ("a", "b")]})
+    open_dashboard(page, server, ids[0])
+    for pid in "ab":
+        drawn(page, pid)
+    box = page.locator("section.user-panel[data-panel='a']")
+    box.scroll_into_view_if_needed()
+    before = box.bounding_box()
+    row = page.locator("#user-panels").bounding_box()
+    grip = page.locator("section.user-panel[data-panel='a'] .panel-grip")
+    box.hover()
+    g = grip.bounding_box()
+    x0, y0 = g["x"] + g["width"] / 2, g["y"] + g["height"] / 2
+    # two columns wider (half a row -> the whole row) and ~280 px higher (small -> large)
+    page.mouse.move(x0, y0)
+    page.mouse.down()
+    for k in range(1, 6):
+        page.mouse.move(x0 + k * row["width"] / 10, y0 + k * 56)
+    assert box.get_attribute("data-resize-to") == "4x520"  # the snapped size is shown while dragging
+    page.mouse.up()
+    wait_for(lambda: page.get_attribute("section.user-panel[data-panel='a']", "data-width") == "4", what="the wider panel")
+    wait_for(lambda: {p["id"]: p for p in saved_panels(uri)}["a"].get("width") == 4, what="the size saved")
+    saved = {p["id"]: p for p in saved_panels(uri)}
+    assert (saved["a"]["width"], saved["a"]["height"], saved["b"]["width"]) == (4, 520, 2)
+    drawn(page, "a")
+    after = page.locator("section.user-panel[data-panel='a']").bounding_box()
+    assert after["width"] > 0.95 * row["width"] > 1.8 * before["width"] and after["height"] > before["height"] + 200
+    # a small drag back: one column narrower, the height kept
+    box = page.locator("section.user-panel[data-panel='a']")
+    box.hover()
+    g = page.locator("section.user-panel[data-panel='a'] .panel-grip").bounding_box()
+    x0, y0 = g["x"] + g["width"] / 2, g["y"] + g["height"] / 2
+    page.mouse.move(x0, y0)
+    page.mouse.down()
+    page.mouse.move(x0 - row["width"] / 4, y0 + 10, steps=4)
+    page.mouse.up()
+    wait_for(lambda: {p["id"]: p for p in saved_panels(uri)}["a"]["width"] == 3, what="three columns saved")
+    assert {p["id"]: p for p in saved_panels(uri)}["a"]["height"] == 520
+
+
 def test_sections_move_up_and_down_and_keep_their_order_for_the_project(runs, serve, page):
     uri, ids = runs
     server = serve(uri)

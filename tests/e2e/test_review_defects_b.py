@@ -134,6 +134,8 @@ def test_a_signin_link_pasted_into_an_open_tab_switches_the_user_without_a_reloa
     server, plane, tokens, ticket = ticket_cockpit
     probes: list = []
     context, page = _context(browser, 1400, tokens["olga"], probes=probes)
+    streams: list[str] = []
+    page.on("request", lambda r: "/stream" in r.url and streams.append(r.url))
     try:
         page.goto(f"{server.url}/#/run/tix-run/tickets")
         page.locator("#hdr-user[data-user='olga']").wait_for()
@@ -149,6 +151,14 @@ def test_a_signin_link_pasted_into_an_open_tab_switches_the_user_without_a_reloa
         assert page.evaluate("localStorage.getItem('rlcockpit.token')").startswith("rls_")
         page.locator(f"tr[data-ticket='{ticket}'] .ctl-approve").wait_for()  # the page drawn again, as alex
         assert "(approver)" in page.locator("#hdr-user-name").inner_text()
+        # the open live stream goes on as alex: reopened with the new session token
+        new_token = page.evaluate("localStorage.getItem('rlcockpit.token')")
+        assert streams and f"access_token={tokens['olga']}" in streams[0], streams
+        for _ in range(100):  # events reach the list while Playwright waits
+            if any(f"access_token={new_token}" in u for u in streams):
+                break
+            page.wait_for_timeout(100)
+        assert any(f"access_token={new_token}" in u for u in streams), streams
     finally:
         context.close()
     errors = [e for p in probes for e in p.unexpected()]

@@ -13,9 +13,14 @@ export class ApiError extends Error {
   }
 }
 
+// Who this tab is changed (a sign-in link, a pasted token, a sign-out): the open live stream hears
+// TOKEN_EVENT and reconnects as the new user (js/live.js).
+export const TOKEN_EVENT = "rlcockpit:token";
+
 export function setToken(token) {
   if (token) localStorage.setItem(TOKEN_KEY, token);
   else localStorage.removeItem(TOKEN_KEY);
+  window.dispatchEvent(new Event(TOKEN_EVENT));
 }
 
 // Sign in with what a person has: a one-time sign-in code (rlo_…, the end of a sign-in link) is

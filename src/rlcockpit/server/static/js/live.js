@@ -5,7 +5,7 @@
 // Subscribers get the buffered recent messages replayed, so a view mounted after the stream opened
 // misses nothing (it ignores the steps it already fetched).
 
-import { TOKEN_KEY } from "./api.js";
+import { TOKEN_EVENT, TOKEN_KEY } from "./api.js";
 
 const KINDS = ["step", "finding", "phase", "event", "run"];
 const BUFFER = 5000;
@@ -30,6 +30,24 @@ export class LiveRun {
     this.stateListeners = new Set();
     this.retries = 0;
     this.closed = false;
+    // a new user in this tab (or another tab of the cockpit) reconnects the stream with their token
+    this.onToken = (e) => { if (!e.key || e.key === TOKEN_KEY) this.reauth(); };
+    window.addEventListener(TOKEN_EVENT, this.onToken);
+    window.addEventListener("storage", this.onToken);
+    this.open();
+  }
+
+  // The stream goes on under the token stored now: reopened from the last message received
+  // (?cursor=), so nothing is missed or delivered twice. A stream closed because its session
+  // ended opens again once there is a new token.
+  reauth() {
+    const token = localStorage.getItem(TOKEN_KEY);
+    if (token === this.token || (this.closed && this.disposed)) return;
+    if (this.source) this.source.close();
+    clearTimeout(this.timer);
+    this.closed = false;
+    this.retries = 0;
+    this.setState("connecting");
     this.open();
   }
 
@@ -39,6 +57,7 @@ export class LiveRun {
     else if (this.lastStep >= 0) q.set("after_step", String(this.lastStep));
     // EventSource cannot send an Authorization header; with a stored token it goes in the URL
     const token = localStorage.getItem(TOKEN_KEY);
+    this.token = token;
     if (token) q.set("access_token", token);
     const s = q.toString();
     return `/api/runs/${encodeURIComponent(this.runId)}/stream${s ? `?${s}` : ""}`;
@@ -116,6 +135,9 @@ export class LiveRun {
 
   close() {
     this.closed = true;
+    this.disposed = true;
+    window.removeEventListener(TOKEN_EVENT, this.onToken);
+    window.removeEventListener("storage", this.onToken);
     clearTimeout(this.timer);
     if (this.source) this.source.close();
     this.listeners.clear();

@@ -1,7 +1,8 @@
 // The project's own panels on the dashboard: loaded from and saved to the project's layout
 // (GET/PUT /api/projects/{project}/layout, read-modify-write so the runs page's tags and groups
 // stay), drawn in a four-column grid at each panel's width and height, moved with ◀ ▶ or by
-// dragging ⠿ onto another panel, edited with ⚙, removed with ×. Panels from a shared link
+// dragging ⠿ onto another panel, resized by dragging its corner grip ◢ (snapped to whole columns
+// and to the three heights), edited with ⚙, removed with ×. Panels from a shared link
 // (?panel=metrics~runs) come after the saved ones, outlined, and ☆ saves them.
 import { api } from "../api.js";
 import { chartTools, downloadTools } from "../charts.js";
@@ -10,7 +11,7 @@ import { clear, h } from "../ui.js";
 import { expandMetrics } from "./metric_panels.js";
 import { panelForm } from "./panel_form.js";
 import { HistPanel } from "./panel_hist.js";
-import { dropPanel, KEY_SEP, layoutApi, movePanel, normalizePanel, TIME_X } from "./panel_layout.js";
+import { dropPanel, KEY_SEP, layoutApi, movePanel, normalizePanel, snapSize, TIME_X } from "./panel_layout.js";
 import { PanelChart, panelLines } from "./panel_line.js";
 import { ScatterPanel } from "./panel_scatter.js";
 
@@ -88,7 +89,10 @@ export class UserPanels {
     const tools = panel.kind === "line" ? chartTools(chart, { onChange: (c) => this.o.onChartChange(`p:${panel.id}`, c) }) : downloadTools(chart);
     box.prepend(h("div", { class: "chart-tools-wrap" }, tools, ...this.buttons(panel)));
     if (chart.controls) box.append(chart.controls);
-    if (!panel.fromUrl) this.draggable(box, panel);
+    if (!panel.fromUrl) {
+      this.draggable(box, panel);
+      this.resizable(box, panel);
+    }
     box.ready = this.fill(chart, panel, runs); // resolves once drawn (tests, benchmarks/ui.py)
     return box;
   }
@@ -116,6 +120,42 @@ export class UserPanels {
       box.classList.remove("drop-target");
       const id = e.dataTransfer.getData("text/x-rlcockpit-panel");
       if (id && id !== panel.id) this.change(dropPanel(this.panels, id, panel.id));
+    });
+  }
+
+  // ◢ in the corner: a drag shows the snapped size as it goes (the box's columns, an outline of
+  // the height), and the release saves it to the project's layout, which draws the panel again
+  resizable(box, panel) {
+    const grip = h("span", { class: "panel-grip", title: t("metrics.resize_panel"), text: "◢" });
+    box.append(grip);
+    grip.addEventListener("pointerdown", (e) => {
+      if (e.button !== 0) return;
+      e.preventDefault();
+      grip.setPointerCapture(e.pointerId);
+      const columns = getComputedStyle(this.grid).gridTemplateColumns.split(" ").filter(Boolean).length || 4;
+      const colPx = (this.grid.clientWidth + 10) / columns;  // a column and its 10 px gap
+      const start = { x: e.clientX, y: e.clientY, width: Math.min(panel.width, columns), height: panel.height };
+      let size = { width: panel.width, height: panel.height };
+      box.classList.add("resizing");
+      const move = (ev) => {
+        size = snapSize(start, ev.clientX - start.x, ev.clientY - start.y, colPx, columns);
+        box.className = box.className.replace(/\bw-\d\b/, `w-${size.width}`);
+        box.dataset.resizeTo = `${size.width}x${size.height}`;
+        box.style.setProperty("--resize-height", `${size.height}px`);
+      };
+      const up = () => {
+        grip.removeEventListener("pointermove", move);
+        box.classList.remove("resizing");
+        delete box.dataset.resizeTo;
+        if (size.width === panel.width && size.height === panel.height) {
+          box.className = box.className.replace(/\bw-\d\b/, `w-${panel.width}`);
+          return;
+        }
+        this.change(this.panels.map((p) => (p.id === panel.id ? { ...p, ...size } : p)));
+      };
+      grip.addEventListener("pointermove", move);
+      grip.addEventListener("pointerup", up, { once: true });
+      grip.addEventListener("pointercancel", up, { once: true });
     });
   }
 

@@ -16,6 +16,15 @@ export const layoutApi = {
   put: (project, layout) => request("PUT", `/projects/${enc(project)}/layout`, null, layout),
 };
 
+// The size a panel's resize grip gives it after a drag of (dx, dy) px: its width in grid columns
+// (`colPx` a column plus its gap, within `columns`), its height the nearest of HEIGHTS.
+export function snapSize(start, dx, dy, colPx, columns = WIDTHS.length) {
+  const width = Math.max(1, Math.min(columns, Math.round((start.width * colPx + dx) / colPx)));
+  const want = start.height + dy;
+  const height = Object.values(HEIGHTS).reduce((best, v) => (Math.abs(v - want) < Math.abs(best - want) ? v : best));
+  return { width, height };
+}
+
 const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
 
 // A saved panel with every field present (older layouts have only id/title/metrics/runs/log).
