@@ -136,7 +136,7 @@ bench-store: $(TRACKERS_VENV)/.installed
 	$(TRACKERS_VENV)/bin/python benchmarks/store_queries.py $(BENCH_ARGS)
 
 # Detection benchmark (benchmarks/README.md, docs/detection.md): every fault x 5 seeds of a split
-# (SPLIT=calibration: seeds 0-4; SPLIT=evaluation: seeds 100-104, refused while the detector code has
+# (SPLIT=calibration: seeds 0-4; SPLIT=evaluation: seeds 600-604, refused while the detector code has
 # uncommitted changes) against 200-step healthy twins, and the peers on the same recorded streams.
 # ~50-60 min on 2 workers; the runs stay in benchmarks/.cache/detection-<split>/ and --reuse resumes
 # an interrupted split. The peers live ONLY in .benchvenv-peers. Run it niced on a shared machine.
