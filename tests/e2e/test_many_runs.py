@@ -109,6 +109,48 @@ def test_dashboard_selector_overlays_runs_in_one_colour_per_run(seeds_store, ser
              what="the run alone")
 
 
+def section_lines(page, metric: str) -> list[dict]:
+    """The solid lines and bands of an All-metrics section chart."""
+    return page.evaluate("""(m) => {
+      const c = window.rlcockpit.dashboard && window.rlcockpit.dashboard.explorer && window.rlcockpit.dashboard.explorer.charts.get("m:" + m);
+      if (!c || !c.chart.getOption()) return [];
+      return c.chart.getOption().series.filter((s) => s.type === "custom" || !(s.lineStyle && s.lineStyle.opacity < 1))
+        .map((s) => ({ name: s.name, type: s.type, color: s.itemStyle && s.itemStyle.color, points: (s.data || []).length }));
+    }""", metric)
+
+
+def test_the_selected_runs_and_groups_are_on_the_all_metrics_charts_too(seeds_store, serve, page):
+    uri, ids = seeds_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/run/{ids[0]}/dashboard?runs={ids[1]},{ids[7]}")
+    wait_for(lambda: len(solid_lines(page, "reward")) == 3, what="three runs on the reward chart")
+    colours = dict(page.evaluate("(ids) => ids.map((id) => [window.rlcockpit.colors.runLabel(id), window.rlcockpit.colors.runColor(id)])",
+                                 [ids[0], ids[1], ids[7]]))
+    # a section opened after the selection: its charts show the same runs in the same colours
+    page.click("#metric-sections details[data-section='eval'] summary")
+    wait_for(lambda: {x["name"]: x["color"] for x in section_lines(page, "eval/reward/mean")} == colours,
+             what="the selected runs on the eval chart")
+    assert all(x["points"] == STEPS // 5 for x in section_lines(page, "eval/reward/mean"))
+    # the selection changes while the section is open: the section chart follows
+    page.click("#overlay-picker summary")
+    page.locator(f"#overlay-list label[data-run='{ids[8]}'] input").check()
+    wait_for(lambda: len(section_lines(page, "eval/reward/mean")) == 4, what="a fourth run on the eval chart")
+    # grouped: one line per group with its band
+    page.click("#overlay-all")
+    page.click("#overlay-picker summary")
+    page.select_option("#group-by", "config")
+    page.fill("#group-key", "optim.lr")
+    page.dispatch_event("#group-key", "change")
+    wait_for(lambda: [(x["name"], x["type"]) for x in section_lines(page, "eval/reward/mean")]
+             == [("optim.lr=0.00001", "line"), ("optim.lr=0.00003", "line"),
+                 ("optim.lr=0.00001", "custom"), ("optim.lr=0.00003", "custom")], what="two groups with bands")
+    # and back to the open run alone
+    page.select_option("#group-by", "")
+    page.click("#overlay-picker summary")
+    page.click("#overlay-none")
+    wait_for(lambda: [x["name"] for x in section_lines(page, "eval/reward/mean")] == ["eval/reward/mean"], what="the run alone")
+
+
 def test_grouping_by_config_key_draws_two_lines_with_bands(seeds_store, serve, page):
     uri, ids = seeds_store
     server = serve(uri)

@@ -144,7 +144,7 @@ class Dashboard {
       units: s.metric_units || {}, loggedKeys: s.logged_keys || {}, runs: (window.rlcockpit.state && window.rlcockpit.state.runs) || [],
       xMode: this.prefs.xMode, chartOpts: (id) => this.chartOpts(id), onChartChange: (id, c) => this.onChartChange(id, c),
       openStep: this.openStep, query: this.prefs.q, onQuery: (q) => { this.prefs.q = q; this.persist(); },
-      urlPanels: this.prefs.panels || [] });
+      urlPanels: this.prefs.panels || [], overlay: this.overlay });
     this.explorer.mount();
   }
 
@@ -277,7 +277,7 @@ class Dashboard {
     this.persist();
     const on = this.overlay.active();
     try {
-      if (on) await this.overlay.load(seriesNames(this.distributed));
+      if (on) await this.overlay.load([...seriesNames(this.distributed), ...(this.explorer ? this.explorer.sectionMetrics() : [])]);
     } catch (err) {
       if (!this.disposed) this.overlay.legend.textContent = `${t("state.error")}: ${err.message}`;
       return;
@@ -288,6 +288,7 @@ class Dashboard {
       c.spec = on ? this.overlay.spec(this.baseSpecs[id]) : this.baseSpecs[id];
       c.render();
     }
+    if (this.explorer) this.explorer.overlaid();
     this.root.classList.toggle("overlaid", on);
     this.updateOverlays();
   }
@@ -298,7 +299,7 @@ class Dashboard {
     const live = new Set(this.overlay.runs.filter((r) => r.status === "running").map((r) => r.run_id));
     const stale = this.overlay.others().filter((id) => live.has(id));
     if (!stale.length) return;
-    stale.forEach((id) => this.overlay.series.delete(id));
+    stale.forEach((id) => this.overlay.forget(id));
     this.applyOverlay();
   }
 

@@ -119,6 +119,13 @@ export class MetricExplorer {
       const res = await api.series(this.o.runId, fresh);
       if (this.disposed) return;
       for (const n of fresh) this.charts.get(`m:${n}`)?.setSeries(res.series);
+      // the runs selected on the dashboard (or their groups) on these charts too
+      const ov = this.o.overlay;
+      if (ov && ov.active()) {
+        await ov.load(fresh);
+        if (this.disposed) return;
+        for (const n of fresh) this.overlayChart(this.charts.get(`m:${n}`));
+      }
     } catch (err) {
       if (!this.disposed) det.grid.append(h("div", { class: "state state-error small", text: `${t("state.error")}: ${err.message}` }));
     }
@@ -133,11 +140,31 @@ export class MetricExplorer {
     const spec = { id: domId(name), title: name, names: [name], primary: name,
       lines: (data) => { const d = data.get(name); return d && d.steps.length ? [{ name, label: name, steps: d.steps, values: d.values, walls: d.walls }] : []; } };
     const chart = new StepChart(plot, spec, { runId: this.o.runId, xMode: this.o.xMode, units: this.o.units, onClickStep: this.o.openStep });
+    chart.baseSpec = spec;
     chart.opts = { ...this.o.chartOpts(id) };
     box.prepend(chartTools(chart, { onChange: (c) => this.o.onChartChange(id, c) }));
     this.charts.set(id, chart);
     chart.render();
     return box;
+  }
+
+  // A section chart with the dashboard's overlay (the selected runs in their colours, or the
+  // groups with their bands), or its own run alone again.
+  overlayChart(chart) {
+    if (!chart || !chart.baseSpec) return;
+    const ov = this.o.overlay;
+    chart.spec = ov && ov.active() ? ov.spec(chart.baseSpec) : chart.baseSpec;
+    chart.render();
+  }
+
+  // The selection changed (the dashboard loaded the runs' curves of sectionMetrics() first).
+  overlaid() {
+    for (const [id, c] of this.charts) if (id.startsWith("m:")) this.overlayChart(c);
+  }
+
+  // The metrics of the section charts drawn so far.
+  sectionMetrics() {
+    return [...this.charts.keys()].filter((id) => id.startsWith("m:")).map((id) => id.slice(2));
   }
 
   query() {

@@ -52,6 +52,7 @@ export class RunOverlay {
     this.state = opts.state;
     this.onChange = opts.onChange;
     this.series = new Map(); // run id -> {metric name: {steps, values, wall_times, downsampled}}
+    this.fetched = new Map(); // run id -> the metric names asked for (a run may lack some of them)
     this.mainSeries = {}; // the open run's first answer (its curves' `downsampled`)
     this.runs = null; // runs with their config, tags and group (run_meta.js), loaded when needed
     this.drawn = new Map(); // chart id -> lines drawn in the overlay (an empty chart says why only when 0)
@@ -170,13 +171,19 @@ export class RunOverlay {
   }
 
   // ------------------------------------------------------------------ data
-  // The curves of the selected runs (only those not fetched yet), and the runs' meta for grouping.
+  // The curves of `names` for the selected runs (only those not asked for yet: the dashboard's rows
+  // first, the All-metrics sections as they open), and the runs' meta for grouping.
   async load(names) {
-    const missing = this.others().filter((r) => !this.series.has(r));
+    const want = [...new Set(names)];
+    const missing = this.others().filter((r) => want.some((n) => !(this.fetched.get(r) || new Set()).has(n)));
     const meta = this.state.group.by || this.others().length ? this.ensureRuns() : null;
     if (missing.length) {
-      const res = await api.compare(missing, names, { max_points: 1000 });
-      for (const r of missing) this.series.set(r, (res.runs && res.runs[r] && res.runs[r].series) || {});
+      const ask = want.filter((n) => missing.some((r) => !(this.fetched.get(r) || new Set()).has(n)));
+      const res = await api.compare(missing, ask, { max_points: 1000 });
+      for (const r of missing) {
+        this.series.set(r, { ...(this.series.get(r) || {}), ...((res.runs && res.runs[r] && res.runs[r].series) || {}) });
+        this.fetched.set(r, new Set([...(this.fetched.get(r) || []), ...ask]));
+      }
     }
     await meta;
     this.groups = this.state.group.by ? makeGroups(this.members(), this.state.group) : null;
@@ -258,6 +265,12 @@ export class RunOverlay {
     }
     this.drawn.set(base.id, out.length);
     return [...out, ...bands];
+  }
+
+  // A run's curves are fetched again (a run still training): everything asked for is asked again.
+  forget(runId) {
+    this.series.delete(runId);
+    this.fetched.delete(runId);
   }
 
   dispose() {
