@@ -338,3 +338,78 @@ def test_one_whole_answer_in_a_batch_of_32_does_not_hide_a_run_cut_at_the_cap():
             for f in (0.969, 1.0, 1.0, 0.969, 1.0, 1.0)]
     assert keyed(make(), rows, "truncation")[0] == (2, "orange")
 
+
+
+# ---------------------------------------------------------------------------- a few pasted lines
+
+
+def _engine():
+    return Engine.from_config(DiagnosticsConfig())
+
+
+def _whole_log(rows):
+    """Live findings step by step, then what the end of the complete log adds."""
+    engine = _engine()
+    live = [f for step, row in rows for f in engine.observe(step, row)]
+    return live, engine.finish()
+
+
+def test_one_pasted_line_without_reward_variance_is_orange_once_the_log_is_complete():
+    # TRL console dict of issue 3857: loss 0, grad_norm 0, every group with one total reward
+    row = {"policy/loss": 0.0, "grad/norm/actor": 0.0, "reward/std": 0.0,
+           "reward/frac_zero_std_groups": 1.0, "reward/mean": 1.0}
+    live, end = _whole_log([(1, row)])
+    assert [f for f in live if f.detector == "levels"] == []  # one step is no confirmation live
+    (found,) = [f for f in end if f.detector == "levels"]
+    assert (found.severity, found.evidence["key"], found.step) == ("orange", "no_signal", 1)
+    assert "every step of this 1-step log" in found.message and found.evidence["short_log_steps"] == 1
+
+
+def test_a_verl_score_with_max_equal_to_min_counts_as_no_variance():
+    # verl logs critic/score/{mean,max,min} and no std: two pasted steps, every sample scored 0
+    rows = [(s, {"reward/mean": 0.0, "reward/max": 0.0, "reward/min": 0.0, "kl/token_mean": 0.01})
+            for s in (4, 7)]
+    _, end = _whole_log(rows)
+    (found,) = [f for f in end if f.detector == "levels"]
+    assert found.evidence["key"] == "no_signal" and found.severity == "orange"
+    assert "max - min 0" in found.message
+    # and on a long run it is the ordinary three-step rule
+    long_rows = [(s, {"reward/max": 0.5, "reward/min": 0.5}) for s in range(1, 6)]
+    assert dict(keyed(make(), [r for _, r in long_rows], "no_signal"))[3] == "orange"
+
+
+def test_a_spread_above_zero_or_a_missing_bound_is_no_finding():
+    for row in ({"reward/max": 1.0, "reward/min": 0.0}, {"reward/max": 0.0}):
+        _, end = _whole_log([(1, row), (2, row)])
+        assert [f for f in end if f.detector == "levels"] == []
+
+
+def test_a_short_log_reports_only_checks_that_held_on_every_step_and_never_red():
+    signal = {"grad/norm/actor": 0.0, "reward/std": 0.2}
+    live, end = _whole_log([(1, signal), (2, signal)])  # a zero gradient with a signal on both
+    assert [(f.evidence["key"], f.severity) for f in live] == [("no_update", "orange")]
+    assert end == []  # the end of the log judges with confirm 1, yet red needs three steps
+    _, end = _whole_log([(1, {"reward/std": 0.3}), (2, {"reward/std": 0.0})])  # held on one of two
+    assert [f for f in end if f.detector == "levels"] == []
+
+
+def test_a_log_long_enough_to_confirm_adds_nothing_at_its_end():
+    rows = [(s, {"reward/std": 0.0}) for s in (1, 2, 3, 4)]
+    live, end = _whole_log(rows)
+    assert any(f.detector == "levels" for f in live) and end == []
+
+
+def test_doctor_on_an_imported_paste_of_one_console_dict_names_the_missing_signal(tmp_path):
+    # what people paste into issues: one TRL console dict, no step
+    log = tmp_path / "paste.log"
+    log.write_text("{'loss': 0.0, 'grad_norm': 0.0, 'learning_rate': 1.7e-06, "
+                   "'rewards/fmt/mean': 2.0, 'rewards/fmt/std': 0.0, 'reward': 2.0, "
+                   "'reward_std': 0.0, 'frac_reward_zero_std': 1.0, 'kl': 0.0, 'epoch': 0.33}\n",
+                   encoding="utf-8")
+    uri = f"sqlite:///{tmp_path / 'p.db'}"
+    proc = subprocess.run([sys.executable, "-m", "rlcockpit", "import", str(log), "--store", uri],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = _doctor(uri)
+    found = [f for f in report["findings"] if f["detector"] == "levels"]
+    assert [(f["evidence"]["key"], f["severity"]) for f in found] == [("no_signal", "orange")]

@@ -150,6 +150,13 @@ class Detector(abc.ABC):
         """Called without a new step (heartbeat checks); most detectors ignore it."""
         return None
 
+    def finish(self) -> Condition | Sequence[Condition] | None:
+        """Called once when the log is known to be complete (``rlcockpit doctor`` on a run that is
+        not running: an import, a finished or failed run): report what the whole log shows that no
+        single step could — a check that held on every step of a log too short to confirm it (a few
+        lines pasted from an issue). Most detectors have nothing to add."""
+        return None
+
 
 def _present(read: str, names: frozenset[str]) -> bool:
     """``read`` among ``names`` (a trailing "/" matches any name under it)."""

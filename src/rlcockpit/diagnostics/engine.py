@@ -135,6 +135,24 @@ class Engine:
                                                    hold=False))
         return out
 
+    def finish(self) -> list[FindingRecord]:
+        """The log is complete: each detector's :meth:`~Detector.finish` conditions, raised at the
+        last step seen (not held open: nothing follows them)."""
+        out: list[FindingRecord] = []
+        for det in self.detectors:
+            if det.name in self.errors:
+                continue
+            try:
+                result = det.finish()
+            except Exception as exc:  # fail soft, as in observe()
+                self._fail(det, exc)
+                continue
+            if result is not None:
+                out.extend(self._raise_or_escalate(det, self._last_step,
+                                                   self._last_step_wall or 0.0,
+                                                   _as_list(result), hold=False))
+        return out
+
     def touch(self, wall_time: float) -> None:
         """Count ``wall_time`` as a sign of life (a paused run is not a hung one)."""
         self._last_step_wall = float(wall_time)

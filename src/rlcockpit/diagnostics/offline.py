@@ -90,6 +90,8 @@ def diagnose_run(reader: StoreReader, run_id: str, config: DiagnosticsConfig | N
             progress(i + 1, len(steps))
     if run.status == "running":  # still marked running: has it gone silent? (heartbeat)
         found.extend(engine.tick(time.time()))
+    elif steps:  # the log is complete: what only the whole of it shows (a few pasted lines)
+        found.extend(engine.finish())
     return DoctorReport(
         run=run, steps=len(steps), first_step=steps[0][0] if steps else None,
         last_step=steps[-1][0] if steps else None, samples=n_samples, findings=tuple(found),

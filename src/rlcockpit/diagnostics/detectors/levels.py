@@ -26,8 +26,9 @@ At step 1 the KL is 0 by construction (actor = reference), and real run 005 star
 its KL is legitimately 0 at steps 1–2. Judged only while the KL has never been above the zero
 bound: a KL that falls to 0 later is ``kl_zero``'s. Not judged when β is 0 (no reference model:
 TRL GRPO's default, verl without a KL term; the KL detectors say "no reference") or not logged.
-``no_signal`` — zero reward variance: ``reward/std`` = 0, or ``reward/frac_zero_std_groups`` ≈ 1
-(every GRPO group with identical rewards): no advantage, nothing to learn.
+``no_signal`` — zero reward variance: ``reward/std`` = 0 (without a std, ``reward/max`` =
+``reward/min``, as verl logs its score), or ``reward/frac_zero_std_groups`` ≈ 1 (every GRPO group
+with identical rewards): no advantage, nothing to learn.
 ``no_update`` — ``grad/norm/actor`` exactly 0 while there is a learning signal (``reward/std`` > 0
 and, when logged, not every group identical; without ``reward/std``, fewer than 99 % of the groups
 identical): the gradient never reaches the weights (real run
@@ -40,7 +41,10 @@ up to 4 logged steps in a row with grad_norm 0 and reward_std > 0).
 stripped) among at least ``min_samples`` (4): one answer for every prompt.
 
 Default thresholds: a check turns on after ``confirm`` = 3 steps in a row at its level and off
-after 3 steps in a row without (one odd step neither starts nor ends a finding).
+after 3 steps in a row without (one odd step neither starts nor ends a finding). A complete log
+shorter than that (``doctor`` on a few lines pasted from an issue) is judged whole at its end
+(``finish``): a check whose level held on every one of its 1–2 steps is reported as one confirmed
+step would be, orange at most (the log shows the state, not its persistence).
 ``truncation`` yellow when ≥ ``trunc_frac`` = 0.5 of the responses are truncated or the mean
 length is ≥ ``cap_frac`` = 0.95 × the cap: the healthy-labelled real run 002 (GSM8K, Qwen3.5-9B)
 has 35 logged steps in a row with ≥ 50 % truncated and 20 with ≥ 95 %, its mean length pinned at
@@ -98,12 +102,22 @@ model and sampling is on. Each finding's evidence names its failure-library entr
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors._levels_state import (
+    Level,
+    no_variance,
+    positive,
+    share_zh,
+    signal_text,
+    since,
+    since_zh,
+    spread,
+    top_share,
+)
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.records import SampleRecord
 
@@ -156,32 +170,6 @@ class LevelsConfig(Config):
               f"must be >= confirm={self.confirm}")
 
 
-class _Level:
-    """One check's state, with hysteresis: it turns on after ``confirm`` steps in a row where its level
-    holds and off after ``confirm`` steps in a row where it does not, so one odd step neither starts
-    nor ends a finding (sparse rewards flip between zero and some variance from step to step)."""
-
-    def __init__(self, confirm: int) -> None:
-        self.confirm = confirm
-        self.on = False
-        self.run = 0  # steps in a row the level held, up to now
-        self.held = 0  # steps the level held since the check turned on (or in the current run)
-        self.onset: int | None = None
-        self._misses = 0
-
-    def update(self, holds: bool, step: int) -> bool:
-        self.run = self.run + 1 if holds else 0
-        self._misses = 0 if holds else self._misses + 1
-        if not self.on and self.run == 1:
-            self.onset, self.held = int(step), 0
-        self.held += int(holds)
-        if not self.on and self.run >= self.confirm:
-            self.on = True
-        elif self.on and self._misses >= self.confirm:
-            self.on, self.held, self.onset = False, 0, None
-        return self.on
-
-
 @register
 class Levels(Detector):
     name = "levels"
@@ -189,7 +177,7 @@ class Levels(Detector):
     reads = ("response/truncated_frac", "response/length_mean", "rollout/max_new_tokens",
              "policy/entropy", "policy/entropy_uniform", *_KL_NAMES, "kl/token_max", "kl/coef",
              "policy/approx_kl", "update/ratio/actor", "grad/norm/actor", "optim/lr/actor",
-             "reward/std", "reward/frac_zero_std_groups")
+             "reward/std", "reward/frac_zero_std_groups", "reward/max", "reward/min")
     reads_samples = True
     patterns = ()  # per check in the evidence ("pattern"): a finding carries one detector's list
     signal = "levels"
@@ -197,18 +185,22 @@ class Levels(Detector):
 
     def __init__(self, config: LevelsConfig | None = None) -> None:
         super().__init__(config)
-        self._levels: dict[str, _Level] = {}
+        self._levels: dict[str, Level] = {}
         self._last: dict[str, Condition] = {}  # each check's condition at the last step it held
         self._moved = False  # an earlier step updated the policy
         self._kl_seen = False  # the KL has been above kl_eps at some step
         self._prev_step: int | None = None
         self._first_step: int | None = None
+        self._short: list[StepView] | None = []  # the steps so far, while fewer than `confirm`
 
     def update(self, view: StepView) -> list[Condition] | object:
         if not any(view.get(n) is not None for n in self.reads) and not view.samples:
             return SKIPPED
         if self._first_step is None:
             self._first_step = view.step
+        if self._short is not None:
+            self._short = self._short + [view] if len(self._short) + 1 < self.config.confirm \
+                else None
         stride_one = self._stride_one(view.step)
         found = [self._truncation(view), self._entropy_zero(view), self._entropy_uniform(view),
                  self._kl_zero(view), self._no_signal(view), self._no_update(view, stride_one),
@@ -216,13 +208,37 @@ class Levels(Detector):
         self._note_update(view)
         return [c for c in found if c is not None]
 
+    def finish(self) -> list[Condition] | None:
+        """A complete log shorter than ``confirm`` steps (a few lines pasted from an issue): the
+        checks whose level held on every one of its steps, judged as if one step confirmed them.
+        Orange at most — one or two steps show the state, not its persistence."""
+        if not self._short:
+            return None
+        shadow = Levels(replace(self.config, confirm=1, persist=max(1, self.config.persist)))
+        found: list[Condition] = []
+        for view in self._short:
+            result = shadow.update(view)
+            found = list(result) if isinstance(result, list) else []
+        whole = len(self._short)
+        out = []
+        for cond in found:
+            level = shadow._levels.get(cond.key)
+            if level is None or level.run != whole:
+                continue
+            tail = f" — every step of this {whole}-step log"
+            out.append(replace(
+                cond, severity="orange" if cond.severity in ("red", "black") else cond.severity,
+                message=cond.message + tail, message_zh=cond.message_zh + f"（整段日志共 {whole} 步均如此）",
+                evidence={**cond.evidence, "short_log_steps": whole}))
+        return out
+
     # ------------------------------------------------------------------ checks
 
     def _truncation(self, view: StepView) -> Condition | None:
         cfg = self.config
         frac = view.finite("response/truncated_frac")
         length = view.finite("response/length_mean")
-        cap = _positive(view.finite("rollout/max_new_tokens")) or _positive(cfg.length_cap)
+        cap = positive(view.finite("rollout/max_new_tokens")) or positive(cfg.length_cap)
         pinned = cap is not None and length is not None and length >= cfg.cap_frac * cap
         level = self._level("truncation", (frac is not None and frac >= cfg.trunc_frac) or pinned,
                             view.step)
@@ -246,9 +262,9 @@ class Levels(Detector):
                 "answer" if useless else ": answers are cut off")
         return self._keep(Condition(
             "orange" if useless else "yellow",
-            f"{share} hit the length cap without EOS{_since(level)}{at_cap}{tail}", evidence,
+            f"{share} hit the length cap without EOS{since(level)}{at_cap}{tail}", evidence,
             key="truncation",
-            message_zh=f"{_since_zh(level)}{_share_zh(frac)}回复触达长度上限且无 EOS{at_cap_zh}："
+            message_zh=f"{since_zh(level)}{share_zh(frac)}回复触达长度上限且无 EOS{at_cap_zh}："
                        "回答被截断"))
 
     def _entropy_zero(self, view: StepView) -> Condition | None:
@@ -264,14 +280,14 @@ class Levels(Detector):
         evidence = self._evidence(level, "entropy", "entropy_collapse", entropy=entropy,
                                   threshold=cfg.entropy_zero if severe.on else cfg.entropy_low)
         return self._keep(Condition(
-            severity, f"policy entropy is {entropy:.2g} nats per token{_since(level)}: the "
+            severity, f"policy entropy is {entropy:.2g} nats per token{since(level)}: the "
             "policy samples almost one token (collapsed sampling)", evidence, key="entropy_zero",
-            message_zh=f"{_since_zh(level)}策略熵仅 {entropy:.2g} nats/token：采样几乎退化为单一 token"))
+            message_zh=f"{since_zh(level)}策略熵仅 {entropy:.2g} nats/token：采样几乎退化为单一 token"))
 
     def _entropy_uniform(self, view: StepView) -> Condition | None:
         cfg = self.config
         entropy = view.finite("policy/entropy")
-        uniform = _positive(view.finite("policy/entropy_uniform")) or (
+        uniform = positive(view.finite("policy/entropy_uniform")) or (
             math.log(cfg.vocab_size) if cfg.vocab_size > 1 else None)
         noisy = entropy is not None and uniform is not None and entropy >= cfg.uniform_frac * uniform
         level = self._level("entropy_uniform", noisy, view.step)
@@ -283,9 +299,9 @@ class Levels(Detector):
                                   threshold=cfg.uniform_frac)
         return self._keep(Condition(
             "orange", f"policy entropy is {entropy:.3g} nats per token, {ratio:.0%} of a uniform "
-            f"distribution ({uniform:.3g}){_since(level)}: the policy samples noise", evidence,
+            f"distribution ({uniform:.3g}){since(level)}: the policy samples noise", evidence,
             key="entropy_uniform",
-            message_zh=f"{_since_zh(level)}策略熵为 {entropy:.3g} nats/token，达到均匀分布"
+            message_zh=f"{since_zh(level)}策略熵为 {entropy:.3g} nats/token，达到均匀分布"
                        f"（{uniform:.3g}）的 {ratio:.0%}：策略在输出噪声"))
 
     def _kl_zero(self, view: StepView) -> Condition | None:
@@ -304,23 +320,24 @@ class Levels(Detector):
         evidence = self._evidence(level, "KL", "kl_zero_ref_synced", kl=kl, metric=name,
                                   token_max=peak, kl_coef=beta, threshold=cfg.kl_eps)
         return self._keep(Condition(
-            "orange", f"KL to the reference is exactly 0{_since(level)} although β = {beta:.3g} "
+            "orange", f"KL to the reference is exactly 0{since(level)} although β = {beta:.3g} "
             "and the policy has been updated: the KL term does nothing (reference = actor, or "
             "the KL is not computed)", evidence, key="kl_zero_start",
-            message_zh=f"β = {beta:.3g} 且策略已更新，但{_since_zh(level)} KL 恰为 0："
+            message_zh=f"β = {beta:.3g} 且策略已更新，但{since_zh(level)} KL 恰为 0："
                        "KL 项不起作用（参考模型即 Actor，或 KL 未被计算）"))
 
     def _no_signal(self, view: StepView) -> Condition | None:
         cfg = self.config
-        std = view.finite("reward/std")
+        std = spread(view)
         groups = view.finite("reward/frac_zero_std_groups")
-        level = self._level("no_signal", _no_variance(std, groups, cfg), view.step)
+        level = self._level("no_signal", no_variance(std, groups, cfg), view.step)
         if not self._report(level):
             return self._last.get("no_signal") if level.on else None
         from_start = self._from_start(level)
         severity = "orange" if level.run >= cfg.persist or from_start else "yellow"
         flat = std is not None and std <= cfg.std_eps
-        what = (f"every sample got the same reward (std {std:.2g})" if flat
+        measure = "std" if view.finite("reward/std") is not None else "max - min"
+        what = (f"every sample got the same reward ({measure} {std:.2g})" if flat
                 else f"{groups:.0%} of the prompt groups have identical rewards")
         what_zh = ("所有样本的奖励相同" if flat
                    else f"{groups:.0%} 的提示组内奖励完全相同")
@@ -329,17 +346,17 @@ class Levels(Detector):
                                   run=level.run, persist=cfg.persist, from_start=from_start,
                                   threshold=cfg.zero_std_groups)
         return self._keep(Condition(
-            severity, f"no learning signal{_since(level)}: {what}", evidence, key="no_signal",
-            message_zh=f"{_since_zh(level)}没有学习信号：{what_zh}（奖励方差为 0）"))
+            severity, f"no learning signal{since(level)}: {what}", evidence, key="no_signal",
+            message_zh=f"{since_zh(level)}没有学习信号：{what_zh}（奖励方差为 0）"))
 
     def _no_update(self, view: StepView, stride_one: bool) -> Condition | None:
         cfg = self.config
         grad = view.finite("grad/norm/actor")
-        std = view.finite("reward/std")
+        std = spread(view)
         groups = view.finite("reward/frac_zero_std_groups")
         # a learning signal: rewards that differ in the batch, or (a trainer that logs only the
         # share of identical groups, ms-swift) some groups whose rewards differ
-        signal = not _no_variance(std, groups, cfg) and (std is not None or groups is not None)
+        signal = not no_variance(std, groups, cfg) and (std is not None or groups is not None)
         level = self._level("no_update", stride_one and signal and grad == 0.0, view.step,
                             confirm=1)
         if not self._report(level):
@@ -348,15 +365,15 @@ class Levels(Detector):
         evidence = self._evidence(level, "gradient norm", "grad_vanishing", grad_norm=grad,
                                   reward_std=std, frac_zero_std_groups=groups, run=level.run)
         return self._keep(Condition(
-            severity, f"the actor's gradient norm is exactly 0{_since(level)} although the "
-            f"rewards differ ({_signal_text(std, groups)}): no update reaches the weights", evidence,
+            severity, f"the actor's gradient norm is exactly 0{since(level)} although the "
+            f"rewards differ ({signal_text(std, groups)}): no update reaches the weights", evidence,
             key="no_update",
-            message_zh=f"奖励存在差异（{_signal_text(std, groups)}），但{_since_zh(level)} Actor 梯度范数恰为 0："
+            message_zh=f"奖励存在差异（{signal_text(std, groups)}），但{since_zh(level)} Actor 梯度范数恰为 0："
                        "权重没有被更新"))
 
     def _constant(self, samples: Sequence[SampleRecord], step: int) -> Condition | None:
         cfg = self.config
-        share, text = _top_share([s.response for s in samples])
+        share, text = top_share([s.response for s in samples])
         judged = len(samples) >= cfg.min_samples
         level = self._level("constant_responses", judged and share >= cfg.constant_share, step)
         if not self._report(level):
@@ -367,19 +384,19 @@ class Levels(Detector):
                                   threshold=cfg.constant_share)
         return self._keep(Condition(
             "orange", f"{share:.0%} of the step's {len(samples)} responses are the same text "
-            f"({shown!r}){_since(level)}: one answer for every prompt", evidence,
+            f"({shown!r}){since(level)}: one answer for every prompt", evidence,
             key="constant_responses",
-            message_zh=f"{_since_zh(level)}{share:.0%} 的回复完全相同（{shown!r}）：所有提示得到同一个回答"))
+            message_zh=f"{since_zh(level)}{share:.0%} 的回复完全相同（{shown!r}）：所有提示得到同一个回答"))
 
     # ------------------------------------------------------------------ state
 
-    def _level(self, key: str, holds: bool, step: int, confirm: int | None = None) -> _Level:
-        level = self._levels.setdefault(key, _Level(confirm or self.config.confirm))
+    def _level(self, key: str, holds: bool, step: int, confirm: int | None = None) -> Level:
+        level = self._levels.setdefault(key, Level(confirm or self.config.confirm))
         level.update(bool(holds), step)
         return level
 
     @staticmethod
-    def _report(level: _Level) -> bool:
+    def _report(level: Level) -> bool:
         """Whether to build a fresh condition: the check is on and its level holds this step (on a
         step inside the hysteresis where it does not, the last condition stands)."""
         return level.on and level.run > 0
@@ -388,12 +405,12 @@ class Levels(Detector):
         self._last[condition.key] = condition
         return condition
 
-    def _evidence(self, level: _Level, signal: str, pattern: str, **values: object
+    def _evidence(self, level: Level, signal: str, pattern: str, **values: object
                   ) -> dict[str, object]:
         return {**values, "steps": level.held, "confirm": level.confirm, "signal": signal,
                 "onset_step": level.onset, "pattern": pattern}
 
-    def _from_start(self, level: _Level) -> bool:
+    def _from_start(self, level: Level) -> bool:
         """Whether the level has held since the first step this detector saw (a failure present
         from the start, never broken by a step without it)."""
         return level.onset is not None and level.onset == self._first_step and \
@@ -413,38 +430,3 @@ class Levels(Detector):
         self._moved = self._moved or bool(
             (approx is not None and approx != 0.0) or (ratio is not None and ratio > 0)
             or (grad is not None and grad > 0 and (lr is None or lr > 0)))
-
-
-def _signal_text(std: float | None, groups: float | None) -> str:
-    if std is not None:
-        return f"std {std:.2g}"
-    return f"{1 - groups:.0%} of the groups differ"
-
-
-def _positive(value: float | None) -> float | None:
-    return float(value) if value is not None and value > 0 else None
-
-
-def _no_variance(std: float | None, groups: float | None, cfg: LevelsConfig) -> bool:
-    return bool((std is not None and std <= cfg.std_eps)
-                or (groups is not None and groups >= cfg.zero_std_groups))
-
-
-def _top_share(responses: Sequence[str]) -> tuple[float, str]:
-    """Share of the most common (whitespace-stripped) response, and that response."""
-    if not responses:
-        return 0.0, ""
-    text, count = Counter(r.strip() for r in responses).most_common(1)[0]
-    return count / len(responses), text
-
-
-def _share_zh(frac: float | None) -> str:
-    return f" {frac:.0%} 的" if frac is not None else ""
-
-
-def _since(level: _Level) -> str:
-    return f" since step {level.onset} ({level.held} steps)" if level.onset is not None else ""
-
-
-def _since_zh(level: _Level) -> str:
-    return f"自第 {level.onset} 步起（{level.held} 步）" if level.onset is not None else ""
