@@ -211,6 +211,26 @@ def test_trl_completion_tables_become_samples(tmp_path):
                                                                             "format_reward"]
 
 
+def test_trl_completion_tables_that_repeat_rows_are_imported_once(tmp_path):
+    # TRL's buffers are a deque(maxlen=generation_batch_size), never cleared: a table logged without
+    # a generation in between repeats the rows of the one before under its own step
+    folder = tmp_path / "completions"
+    folder.mkdir()
+    rows = [{"prompt": f"p{i // 2}", "completion": f"c{i}", "correctness": float(i % 2),
+             "advantage": 0.5 - i % 2} for i in range(12)]
+    for step, upto in ((1, 8), (2, 8), (3, 12)):  # 2: nothing new; 3: 4 new rows after 4 old ones
+        table = pa.Table.from_pylist([{"step": step, **r} for r in rows[max(0, upto - 8):upto]])
+        pq.write_table(table, folder / f"completions_{step:05d}.parquet")
+    db = tmp_path / "s.db"
+    result = cli("import", "--store", f"sqlite:///{db}", "--run-id", "r", folder)
+    assert result.returncode == 0, result.stderr
+    got = samples(db)
+    assert sorted(s.response for s in got) == sorted(r["completion"] for r in rows)  # each once
+    assert {s.response: s.step for s in got}["c9"] == 3 and {s.step for s in got} == {1, 3}
+    assert "12 completion rows repeated from the table before were left out" in \
+        result.stdout + result.stderr
+
+
 def test_trl_chat_completions_are_stored_as_role_lines(tmp_path):
     db = tmp_path / "s.db"
     import_ok(db, FIXTURES / "trl_chat_completions" / "completions_00005.parquet")

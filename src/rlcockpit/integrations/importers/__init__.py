@@ -18,6 +18,7 @@ run's own clock is resolved (:mod:`._timing`).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Any
 from rlcockpit import __version__
 from rlcockpit.errors import ConfigError, ImportFormatError, NotFoundError, StoreError
 from rlcockpit.integrations.aliases import SOURCES
+from rlcockpit.integrations.follow_text import Overlap
 from rlcockpit.integrations.importers import (
     console_dicts,
     console_kv,
@@ -154,12 +156,34 @@ def read_paths(paths: Sequence[str | Path], fmt: str | None = None,
     parsed = ParsedImport(ignored_files=ignored, key_map=dict(key_map), step_key=step_key)
     numbering = SampleNumbering()
     options = ReadOptions(source, key_map, step_key, source_run)
-    for path, file_format in files:
-        parsed.merge(_reader(file_format, numbering, options)(path))
+    overlap = Overlap()  # TRL's completion tables repeat the rows of the one before
+    for path, file_format in _table_order(files):
+        read = _reader(file_format, numbering, options)(path)
+        if file_format == "trl-completions":
+            read.samples[:] = overlap.new_rows(path.parent, read.samples)
+        parsed.merge(read)
+    if overlap.repeated:
+        parsed.notes.append(
+            f"{overlap.repeated} completion rows repeated from the table before were left out "
+            "(TRL's completion buffer is never cleared): each completion is stored once, at the "
+            "step it first appeared")
     _check_sample_ids(parsed)
     derive_sequence_kl(parsed)
     resolve_timing(parsed, time.time() if now is None else now)
     return parsed
+
+
+def _table_order(files: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
+    """``files`` with TRL's completion tables in step order (by the number their name ends in),
+    each table after the others of its folder; other files keep their order."""
+    tables = [f for f in files if f[1] == "trl-completions"]
+    others = [f for f in files if f[1] != "trl-completions"]
+    return others + sorted(tables, key=lambda f: (str(f[0].parent), _name_step(f[0]), f[0].name))
+
+
+def _name_step(path: Path) -> int:
+    digits = re.search(r"(\d+)$", path.stem)
+    return int(digits.group(1)) if digits else -1
 
 
 def _choose_files(candidates: list[tuple[Path, bool]], fmt: str | None, step_key: str | None = None
