@@ -259,7 +259,7 @@ def test_cli_show_and_list(capsys):
     assert "策略熵崩塌" in capsys.readouterr().out
     assert main(["library", "show", "entropy_collapse", "--json"]) == 0
     entry = json.loads(capsys.readouterr().out)
-    assert set(entry["fixes"]) == {"en", "zh"} and entry["detectors"] == ["entropy"]
+    assert set(entry["fixes"]) == {"en", "zh"} and entry["detectors"] == ["entropy", "sampling"]
     assert main(["library", "list", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == len(load_library())
     assert main(["library", "show", "no_such_pattern"]) == 2

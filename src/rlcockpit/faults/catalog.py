@@ -107,7 +107,7 @@ FAULTS: tuple[Fault, ...] = (
                 "how": "reward wrapper length_bonus (+0.02 per character); live request actor_lr x3"},
           drives="response/length_mean"),
     Fault("entropy_collapse", "sampling temperature collapsed to 0.3 (entropy falls, 001 Q4)",
-          expected=("entropy",), how="live request temperature = 0.3", live=(to("temperature", 0.3),),
+          expected=("entropy", "sampling"), how="live request temperature = 0.3", live=(to("temperature", 0.3),),
           mild={"live": (to("temperature", 0.6),), "how": "live request temperature = 0.6"},
           drives="policy/entropy"),
     Fault("critic_lr_spike", "critic learning rate x1000 (001 Q5: critic divergence)",
