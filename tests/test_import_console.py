@@ -61,6 +61,10 @@ def doctor_json(tmp_path: Path, *paths: Path, extra: tuple[str, ...] = ()) -> tu
     ("deepspeed_chat_step3.log", "deepspeed-chat"),
     ("minimind_grpo.log", "console-kv"),
     ("minimind_ppo.log", "console-kv"),
+    ("verl_console.log", "console-kv"),
+    ("trl_notebook_table.md", "console-table"),
+    ("hf_notebook_table.tsv", "console-table"),
+    ("llamafactory_trainer_log.jsonl", "jsonl-logger"),
 ])
 def test_each_console_log_is_detected(name, fmt):
     assert detect_format(CONSOLE / name) == fmt
@@ -217,6 +221,8 @@ def test_a_unit_joins_the_key_instead_of_being_converted(tmp_path):
     ("deepspeed_chat_step3.log", "deepspeed-chat", "reward_oscillation"),
     ("minimind_grpo.log", "minimind-grpo", "nonfinite"),
     ("minimind_ppo.log", "minimind-ppo", "kl_tiers"),
+    ("verl_console.log", "verl", "entropy"),
+    ("trl_notebook_table.md", "trl-grpo", "levels"),
 ])
 def test_doctor_import_diagnoses_each_console_log(tmp_path, name, source, must_run):
     code, report, err = doctor_json(tmp_path, CONSOLE / name)
@@ -260,3 +266,59 @@ def test_json_lines_of_dicts_without_a_step_are_numbered_by_row_order(tmp_path):
     values = {(s, n): v for s, n, v in ((p.step, p.name, p.value) for p in parsed.metric_points())}
     assert values[(2, "reward/mean")] == 0.6 and math.isnan(values[(1, "kl/token_mean")])
     assert any(f.get("step_from") == "row order" for f in parsed.files)
+
+
+# --- verl's console, notebook tables, LLaMA-Factory's trainer log ---------------------------------
+
+def test_verl_console_lines_keep_their_step_names_and_nan(tmp_path):
+    """verl's console logger prints `step:N - key:value - ...` (values with 3 decimals) behind
+    Ray's `(TaskRunner pid=N)` prefix; progress bars and warnings around it are noise."""
+    parsed = read_paths([CONSOLE / "verl_console.log"])
+    assert parsed.sources == {"verl"} and parsed.steps == [1, 2, 3, 4, 5, 6]
+    values = {k: v for k, (v, _) in parsed.metrics.items()}
+    assert values[(1, "policy/entropy")] == 0.51 and values[(3, "reward/mean")] == 0.35
+    assert math.isnan(values[(5, "grad/norm/actor")])
+    assert "3 lines without a step" in " ".join(parsed.notes)  # progress bars, a warning
+
+
+def test_a_markdown_table_pasted_in_an_issue_is_read_with_the_trainer_column_names(tmp_path):
+    parsed = read_paths([CONSOLE / "trl_notebook_table.md"])
+    assert parsed.steps == [1, 2, 3, 4] and parsed.sources == {"trl-grpo"}
+    values = {k: v for k, (v, _) in parsed.metrics.items()}
+    assert values[(2, "reward/mean")] == 0.5 and values[(3, "reward/std")] == 0.0
+    assert values[(1, "policy/loss")] == 0.0  # "Training Loss" is the Trainer's name for loss
+    assert values[(4, "kl/token_mean")] == 0.000028
+    assert "2 lines outside the table" in " ".join(parsed.notes)  # the sentences around it
+
+
+def test_a_notebook_table_copied_as_tabs_skips_no_log_cells(tmp_path):
+    parsed = read_paths([CONSOLE / "hf_notebook_table.tsv"])
+    assert parsed.steps == [10, 20, 30]
+    values = {k: v for k, (v, _) in parsed.metrics.items()}
+    assert (10, "policy/loss") not in values and values[(20, "policy/loss")] == 0.0001
+    assert parsed.skipped["text values"] == 3  # two "No log" at step 10, one at step 20
+
+
+def test_a_table_without_a_step_column_is_refused_with_the_fix(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("| loss | reward | kl |\n|---|---|---|\n| 0.1 | 0.5 | 0.01 |\n")
+    result = cli("import", "--store", f"sqlite:///{tmp_path / 'x.db'}", "--format", "console-table",
+                 path)
+    assert result.returncode == 2 and "Step column" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_llamafactory_trainer_log_takes_current_steps_and_its_elapsed_clock(tmp_path):
+    parsed = read_paths([CONSOLE / "llamafactory_trainer_log.jsonl"], now=10_000.0)
+    assert parsed.steps == [5, 10, 15]
+    values = {k: v for k, (v, _) in parsed.metrics.items()}
+    assert values[(10, "reward/mean")] == -0.41
+    walls = {s: w for (s, n), (_, w) in parsed.metrics.items() if n == "reward/mean"}
+    assert walls[15] - walls[5] == pytest.approx(302.0)  # "0:07:33" - "0:02:31"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("0:01:02", 62.0), ("1 day, 2:03:04", 93784.0), ("3 days, 0:00:01.5", 259201.5),
+    ("5m 18s", 318.0), ("12:00", None)])
+def test_durations_of_python_timedeltas_and_ms_swift(text, seconds):
+    assert parse_duration(text) == seconds

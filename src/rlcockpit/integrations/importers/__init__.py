@@ -32,6 +32,7 @@ from rlcockpit.integrations.follow_text import Overlap
 from rlcockpit.integrations.importers import (
     console_dicts,
     console_kv,
+    console_table,
     deepspeed_chat,
     jsonl_logger,
     rlcockpit_files,
@@ -109,6 +110,7 @@ class ReadOptions:
 
 _TEXT_READERS = {"jsonl-logger": jsonl_logger.read_file, "console-dicts": console_dicts.read_file,
                  "deepspeed-chat": deepspeed_chat.read_file, "console-kv": console_kv.read_file,
+                 "console-table": console_table.read_file,
                  "wandb-csv": wandb_csv.read_file}
 
 

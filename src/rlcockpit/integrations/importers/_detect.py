@@ -15,6 +15,7 @@ from typing import Any
 from rlcockpit.integrations.importers import (
     console_dicts,
     console_kv,
+    console_table,
     deepspeed_chat,
     jsonl_logger,
     rlcockpit_files,
@@ -27,8 +28,8 @@ from rlcockpit.integrations.importers import (
 from rlcockpit.integrations.importers._base import fail, first_object, iter_jsonl
 
 FORMATS = ("trl-completions", "verl-rollout", "jsonl-logger", "tensorboard", "rlcockpit",
-           "console-dicts", "deepspeed-chat", "console-kv", "wandb-csv", "trackio")
-CONSOLE_FORMATS = ("console-dicts", "deepspeed-chat", "console-kv")
+           "console-dicts", "deepspeed-chat", "console-kv", "console-table", "wandb-csv", "trackio")
+CONSOLE_FORMATS = ("console-dicts", "deepspeed-chat", "console-kv", "console-table")
 FILE_SUFFIXES = (".parquet", ".jsonl", ".json", ".log", ".txt", ".out", ".csv", ".db", ".sqlite")
 JSON_SUFFIXES = (".jsonl", ".json")
 
@@ -105,6 +106,8 @@ def _detect_console(path: Path, step_key: str | None) -> str | None:
         return "console-dicts"
     if console_kv.sniff(path, step_key):
         return "console-kv"
+    if console_table.sniff(path, step_key):
+        return "console-table"
     return None
 
 

@@ -32,6 +32,8 @@ _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?
                      r"\s*([A-Za-z%][A-Za-z%/]*)?\s*$", re.IGNORECASE)
 _KEY_TAIL = re.compile(r"([A-Za-z_][\w .()/@%\-]*)$")
 _DURATION = re.compile(r"^\s*(?:(\d+)d\s*)?(?:(\d+)h\s*)?(?:(\d+)m\s*)?(?:(\d+(?:\.\d+)?)s)?\s*$")
+# Python's str(timedelta): "0:01:02", "1 day, 2:03:04.5" (LLaMA-Factory's trainer_log.jsonl)
+_CLOCK = re.compile(r"^\s*(?:(\d+) days?, )?(\d+):([0-5]\d):([0-5]\d(?:\.\d+)?)\s*$")
 
 
 def text_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -140,7 +142,12 @@ def parse_number(text: str) -> tuple[float, str] | None:
 
 
 def parse_duration(text: str) -> float | None:
-    """Seconds of ms-swift's ``format_time`` text (``"5m 18s"``, ``"2d 0h 18m 21s"``); else None."""
+    """Seconds of ms-swift's ``format_time`` text (``"5m 18s"``, ``"2d 0h 18m 21s"``) or of Python's
+    ``str(timedelta)`` (``"0:01:02"``, ``"1 day, 2:03:04"``, LLaMA-Factory); else None."""
+    clock = _CLOCK.match(text)
+    if clock:
+        days, hours, minutes, seconds = (float(g) if g else 0.0 for g in clock.groups())
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     match = _DURATION.match(text)
     if not match or not any(match.groups()):
         return None

@@ -5,7 +5,13 @@ MiniMind (``trainer/train_grpo.py``, ``train_ppo.py``: ``Logger(f'Epoch:[{epoch 
 
     Epoch:[1/1](100/9751), Reward: -2.3041, KL_ref: -0.0010, Adv Std: 0.9258, Adv Mean: 0.0000, ...
 
-Pairs are separated by ``,`` or ``|``. The step is the ``(N/total)`` counter, else a ``Step:`` /
+verl's console logger (``trainer.logger=['console']``, ``verl/utils/logger/aggregate_logger.py``
+``concat_dict_to_str``) prints one line per step, values with 3 decimals, often behind Ray's
+``(TaskRunner pid=N)`` / ``(main_task pid=N)`` prefix::
+
+    step:12 - actor/entropy:0.512 - actor/pg_loss:-0.012 - critic/score/mean:0.250 - ...
+
+Pairs are separated by ``,`` or ``|`` (verl's: `` - `` after ``step:N``). The step is the ``(N/total)`` counter, else a ``Step:`` /
 ``step:`` / ``iteration:`` pair (``N`` or ``N/total``, cosmos-rl prints ``Step: 826/4725``); lines
 without a step are ignored and counted. A value may carry a unit (``Iteration time: 20.1s``,
 ``epoch_time: 12.0min``): the number is kept and the unit joins the key (``Iteration time (s)``),
@@ -24,6 +30,8 @@ from rlcockpit.integrations.importers._text import head_lines, kv_pairs, parse_n
 
 FORMAT = "console-kv"
 _COUNTER = re.compile(r"\((\d+)/(\d+)\)")
+_VERL = re.compile(r"(?:^|[\s)\]])step:(\d+)((?:\s+-\s+[^\s:]+:\S+)+)\s*$")
+_VERL_PAIR = re.compile(r"\s+-\s+([^\s:]+):(\S+)")
 STEP_NAMES = ("step", "global step", "global_step", "iteration", "iter")
 MIN_PAIRS = 2
 
@@ -31,6 +39,9 @@ MIN_PAIRS = 2
 def _record(line: str, step_key: str | None, path: Path, where: str
             ) -> tuple[int, dict[str, float], int] | None:
     """(step, numeric values, skipped text values) of one line, or None when it is no record."""
+    verl = _VERL.search(line) if not step_key else None
+    if verl:
+        return _verl_record(verl, path, where)
     pairs = kv_pairs(line)
     names = (step_key.lower(),) if step_key else STEP_NAMES
     step, values, skipped = None, {}, 0
@@ -50,6 +61,20 @@ def _record(line: str, step_key: str | None, path: Path, where: str
     if step is None or len(values) < MIN_PAIRS:
         return None
     return step, values, skipped
+
+
+def _verl_record(match: re.Match[str], path: Path, where: str
+                 ) -> tuple[int, dict[str, float], int] | None:
+    values, skipped = {}, 0
+    for key, raw in _VERL_PAIR.findall(match.group(2)):
+        number = parse_number(raw)
+        if number is None or number[1]:
+            skipped += 1
+        else:
+            values[key] = number[0]
+    if len(values) < MIN_PAIRS:
+        return None
+    return as_step(match.group(1), path, where), values, skipped
 
 
 def sniff(path: Path, step_key: str | None = None) -> bool:

@@ -50,7 +50,8 @@ from rlcockpit.integrations.importers._timing import ClockReading, pop_clock, se
 from rlcockpit.records import decode_float
 
 FORMAT = "jsonl-logger"
-STEP_KEYS = ("step", "global_step", "_step", "train/global_step", "global_step/max_steps")
+STEP_KEYS = ("step", "global_step", "_step", "train/global_step", "global_step/max_steps",
+             "current_steps")  # the last: LLaMA-Factory's trainer_log.jsonl
 WALL_TIME_KEYS = ("_timestamp", "timestamp", "wall_time")
 
 
