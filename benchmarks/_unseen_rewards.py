@@ -36,3 +36,36 @@ def two_modes(prompts: Sequence[str], responses: Sequence[str], meta: Sequence[M
             scores[key] += MODE_SHIFT
         shifted.append(scores)
     return shifted
+
+
+# --- the second batch (classes the first five did not cover) ------------------------------------
+
+LENGTH_PAY = 0.15  # per word: a reward that pays for length, the classic verbosity exploit
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def length_paid(prompts: Sequence[str], responses: Sequence[str], meta: Sequence[Mapping],
+                step: int) -> list[dict[str, float]]:
+    """The world's rewards plus LENGTH_PAY per word of the response (a reward that pays for
+    length; run with kl.coef=0 so nothing holds the policy back)."""
+    out = world_score(prompts, responses, meta, step)
+    return [{**scores, "length_bonus": LENGTH_PAY * _words(resp)}
+            for scores, resp in zip(out, responses, strict=True)]
+
+
+def constant(prompts: Sequence[str], responses: Sequence[str], meta: Sequence[Mapping],
+             step: int) -> list[float]:
+    """Every answer paid the same (a reward function that ignores its input: a broken parser,
+    a reward model returning its bias): no learning signal from step 1."""
+    return [1.0] * len(responses)
+
+
+def noise(prompts: Sequence[str], responses: Sequence[str], meta: Sequence[Mapping],
+          step: int) -> list[float]:
+    """A reward that is pure noise, uncorrelated with the answer (a reward model fed the wrong
+    field): uniform in [-1, 1], reproducible from the step and the text."""
+    return [((zlib.crc32(f"{step}|{p}|{r}".encode()) % 20001) - 10000) / 10000.0
+            for p, r in zip(prompts, responses, strict=True)]
