@@ -36,12 +36,13 @@ TRAINER = textwrap.dedent("""
 """)
 
 
-def _wrap(tmp_path: Path, pause: float, then: str, code: int) -> tuple[subprocess.Popen, Path, str]:
+def _wrap(tmp_path: Path, pause: float, then: str, code: int, fixture: Path = FIXTURE
+          ) -> tuple[subprocess.Popen, Path, str]:
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
     uri, log = f"sqlite:///{tmp_path / 'w.db'}", tmp_path / "logs" / "ppo.log"
     cmd = [sys.executable, "-m", "rlcockpit", "wrap", "--store", uri, "--log", str(log), "--poll-interval", "0.05",
-           "--", sys.executable, str(script), str(FIXTURE), str(pause), then, str(code)]
+           "--", sys.executable, str(script), str(fixture), str(pause), then, str(code)]
     return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), log, uri
 
 
@@ -86,3 +87,18 @@ def test_no_command_is_a_setup_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "rlcockpit", "wrap", "--store", f"sqlite:///{tmp_path / 'w.db'}"],
                           env=ENV, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "no command to run" in proc.stderr
+
+
+def test_a_verl_console_is_followed_live_with_its_names_and_nan(tmp_path):
+    """verl's console logger (`step:N - key:value - ...` behind Ray's prefix), wrapped."""
+    fixture = FIXTURE.parent / "verl_console.log"
+    proc, _, uri = _wrap(tmp_path, 0.0, "exit", 0, fixture)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    run = _only_run(uri)
+    reader = open_store(uri).reader()
+    series = reader.read_series(run.run_id, ["policy/entropy", "grad/norm/actor"])
+    assert series["policy/entropy"].steps == (1, 2, 3, 4, 5, 6)
+    grad = dict(zip(series["grad/norm/actor"].steps, series["grad/norm/actor"].values, strict=True))
+    assert grad[5] != grad[5]  # the NaN gradient norm verl printed as "nan"
+    assert run.status == "finished"  # policy/entropy: actor/entropy through the verl alias table

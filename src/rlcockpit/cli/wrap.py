@@ -4,8 +4,9 @@ file, and follow that file live into the store (docs/integrations.md, "OpenRLHF"
 The command runs in its own process group with its output on pipes: every line goes to this
 terminal (stdout to stdout, stderr to stderr) and, as it arrives, to ``--log`` (appended). A
 follower (:mod:`rlcockpit.integrations.follow`, format ``console-dicts``: OpenRLHF's
-``✨ Global step N: {...}`` lines and its ``Sample: [...]`` line, or the Hugging Face Trainer's
-printed dicts) tails the log into one live run, the detectors on it. Ctrl-C and SIGTERM are
+``✨ Global step N: {...}`` lines and its ``Sample: [...]`` line, the Hugging Face Trainer's
+printed dicts, and ``Key: value`` lines with a step such as verl's console logger's
+``step:N - key:value - ...``) tails the log into one live run, the detectors on it. Ctrl-C and SIGTERM are
 forwarded to the command's process group (a second Ctrl-C sends SIGTERM, a third SIGKILL); the
 exit code is the command's (128 + N when a signal N ended it). The run ends ``finished`` when the
 command exited 0, ``stopped`` when it was interrupted, ``failed`` otherwise.
@@ -28,6 +29,7 @@ EPILOG = """examples:
   rlcockpit wrap --store sqlite:///runs.db -- python -m openrlhf.cli.train_ppo_ray --pretrain ... \\
       --logger.tensorboard_dir runs/tb
   rlcockpit wrap --log logs/ppo.log --name ppo-7b -- bash train_ppo.sh
+  rlcockpit wrap -- python -m verl.trainer.main_ppo trainer.logger='["console"]' ...
 
 The log file is appended to; wrapping the same command with the same --log again continues the
 same run (the follow state is kept next to the store). Follow the TensorBoard folder too with
@@ -40,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "wrap", help="run a trainer, tee its output to a log and follow the log live",
         description="Run COMMAND (after --), tee its stdout / stderr to the terminal and to a log "
                     "file, and follow that log live into a run (OpenRLHF's Global step lines, "
-                    "printed Trainer dicts). Exits with the command's exit code.",
+                    "printed Trainer dicts, verl's console step lines). Exits with the command's exit code.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", default="sqlite:///rlcockpit.db", help="store URI (default: sqlite:///rlcockpit.db)")
     p.add_argument("--log", default=None, metavar="FILE",

@@ -23,6 +23,7 @@ from rlcockpit.integrations.aliases import UNKNOWN_SOURCE, detect_source, rename
 from rlcockpit.integrations.follow_text import Overlap, console_sample, sample_of, text_samples
 from rlcockpit.integrations.importers import (
     console_dicts,
+    console_kv,
     jsonl_logger,
     rlcockpit_files,
     trl_completions,
@@ -176,7 +177,9 @@ class JsonLinesSource:
 class ConsoleSource:
     """Console logs of printed dicts (``console-dicts``): OpenRLHF's ``✨ Global step N: {...}``
     lines (and its ``Sample: [text, reward]`` line, the step's one sample), the Hugging Face
-    Trainer's printed dicts (numbered by their order when they hold no step, across restarts)."""
+    Trainer's printed dicts (numbered by their order when they hold no step, across restarts);
+    and lines of ``Key: value`` pairs with a step (``console-kv``: verl's console logger,
+    MiniMind, cosmos-rl), so ``rlcockpit wrap`` follows any of them."""
 
     def __init__(self, path: Path, fmt: str, naming: Naming, state: Mapping[str, Any]) -> None:
         self.path, self.fmt, self.naming = path, fmt, naming
@@ -200,9 +203,11 @@ class ConsoleSource:
                 if sample is not None:
                     self._sample = sample
                     continue
-                before = reader.records
+                before, noise = reader.records, reader.noise
                 try:
                     reader.line(number, text)
+                    if reader.records == before and reader.noise > noise:
+                        self._kv_line(reader, number, text)
                 except ImportFormatError as exc:
                     update.bad += 1
                     log.warning("follow: skipped %s line %d: %s", self.path, number, exc.message)
@@ -216,6 +221,19 @@ class ConsoleSource:
                 self.alias_source = self.naming.source_of([*values, *reader.seen])
             update.add_metrics(step, self.naming.rename(values, self.alias_source))
         return update
+
+
+    def _kv_line(self, reader: Any, number: int, text: str) -> None:
+        """A line that holds no printed dict but ``Key: value`` pairs with a step: verl's console
+        (``step:N - key:value - ...``), MiniMind's or cosmos-rl's (``console-kv``)."""
+        where = f"line {number}"
+        found = console_kv.record(text, self.naming.step_key, self.path, where)
+        if found is None:
+            return
+        step, values, _ = found
+        reader.noise -= 1
+        reader.last_step = step
+        reader.add(step, dict(values), where)
 
 
 class EventFileSource:
@@ -324,7 +342,7 @@ def open_source(path: Path, fmt: str, naming: Naming, state: Mapping[str, Any], 
                 overlap: Overlap | None = None) -> Any:
     if fmt == "tensorboard":
         return EventFileSource(path, fmt, naming, state)
-    if fmt == "console-dicts":
+    if fmt in ("console-dicts", "console-kv"):
         return ConsoleSource(path, fmt, naming, state)
     if path.suffix == ".parquet":
         return WholeFileSource(path, fmt, naming, state, numbering, overlap=overlap)

@@ -36,7 +36,7 @@ STEP_NAMES = ("step", "global step", "global_step", "iteration", "iter")
 MIN_PAIRS = 2
 
 
-def _record(line: str, step_key: str | None, path: Path, where: str
+def record(line: str, step_key: str | None, path: Path, where: str
             ) -> tuple[int, dict[str, float], int] | None:
     """(step, numeric values, skipped text values) of one line, or None when it is no record."""
     verl = _VERL.search(line) if not step_key else None
@@ -78,7 +78,7 @@ def _verl_record(match: re.Match[str], path: Path, where: str
 
 
 def sniff(path: Path, step_key: str | None = None) -> bool:
-    return any(_record(line, step_key, path, "") is not None for line in head_lines(path))
+    return any(record(line, step_key, path, "") is not None for line in head_lines(path))
 
 
 def read_file(path: Path, source: str | None, *, key_map: Mapping[str, str] | None = None,
@@ -87,11 +87,11 @@ def read_file(path: Path, source: str | None, *, key_map: Mapping[str, str] | No
     rows: dict[int, dict[str, tuple[float, float]]] = {}
     noise = records = 0
     for number, text in text_lines(path):
-        record = _record(text, step_key, path, f"line {number}")
-        if record is None:
+        found = record(text, step_key, path, f"line {number}")
+        if found is None:
             noise += 1
             continue
-        step, values, skipped = record
+        step, values, skipped = found
         parsed.skipped["text values"] += skipped
         rows.setdefault(step, {}).update({k: (v, 0.0) for k, v in values.items()})
         records += 1
