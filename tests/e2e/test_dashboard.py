@@ -224,3 +224,21 @@ def test_snapshot_heatmaps_download_csv_and_png(fixture_store, serve, page):
         page.click("#snap-layer-var >> xpath=.. >> .ct-png")
     assert got.value.suggested_filename == f"{run_id}-snapshot1-layer-var.png"
     assert Path(got.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_distribution_heatmaps_label_their_bins_with_round_values(fixture_store, serve, page):
+    """Bin centres (17.81, 15.31, 12.81...) are no axis labels: a few round values, each on the bin
+    that holds it."""
+    uri, run_id = fixture_store
+    server = serve(uri)
+    page.goto(f"{server.url}/#/run/{run_id}/dashboard")
+    page.locator("#chart-reward").wait_for()
+    out = page.evaluate("""async () => {
+      const d = await import("/static/js/charts_dist.js");
+      return { length: d.binTickLabels(5.31, 0.52, 24), reward: d.binTickLabels(-0.12, 0.05, 24),
+               flat: d.binTickLabels(3, 0, 24) };
+    }""")
+    assert [v for v in out["length"] if v] == ["7.5", "10", "12.5", "15", "17.5"]  # 5.31 .. 17.79
+    assert out["length"][int((10 - 5.31) / 0.52)] == "10"
+    assert [v for v in out["reward"] if v] == ["0", "0.25", "0.5", "0.75", "1"]  # -0.12 .. 1.08
+    assert set(out["flat"]) == {""}  # one value: no bins to label

@@ -9,6 +9,23 @@ const BINS = 24;
 
 // Re-bin histograms whose edges differ per step onto one common grid; each step's column holds the
 // share of that step's values in each bin, so steps with different sample counts compare.
+// Round labels for the heatmap's bin axis: about `target` "nice" values (1, 2, 2.5 or 5 x 10^k
+// apart) over the bins' range, each written on the bin that holds it; the other bins get no label
+// (bin centres such as 17.81, 15.31, 12.81 read as noise).
+export function binTickLabels(lo, width, bins = BINS, target = 5) {
+  const labels = new Array(bins).fill("");
+  if (!(width > 0) || !Number.isFinite(lo)) return labels;
+  const span = width * bins;
+  const raw = span / target;
+  const p = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * p).find((s) => s >= raw) || 10 * p;
+  for (let v = Math.ceil(lo / step) * step; v < lo + span; v += step) {
+    const i = Math.floor((v - lo) / width + 1e-9);
+    if (i >= 0 && i < bins && !labels[i]) labels[i] = String(Number(v.toPrecision(10)));
+  }
+  return labels;
+}
+
 export function rebin(items, bins = BINS) {
   let lo = Infinity;
   let hi = -Infinity;
@@ -75,7 +92,7 @@ export class HistogramHeatmap {
       tooltip: { confine: true, formatter: (p) => `${t("axis.step")} ${escapeHtml(this.items[p.data[0]].step)}<br>${escapeHtml(yLabels[p.data[1]])}: ${(p.data[2] * 100).toFixed(1)}%` },
       grid: { left: 52, right: 18, top: 34, bottom: 26 },
       xAxis: { type: "category", data: this.items.map((it) => String(it.step)), axisLabel: st.axisLabel },
-      yAxis: { type: "category", data: yLabels, axisLabel: { ...st.axisLabel, interval: 3 } },
+      yAxis: { type: "category", data: binTickLabels(lo, width), axisLabel: { ...st.axisLabel, interval: 0 } },
       visualMap: { show: false, min: 0, max: max || 1, inRange: { color: [st.c.grid, "#93c5fd", "#2563eb", "#1e3a8a"] } },
       series: [{ type: "heatmap", data: cells, progressive: 0 }],
     }, { notMerge: true });
