@@ -582,6 +582,13 @@ def test_stall_kl_penalty_quiet_for_adaptive_beta_a_kl_runaway_and_a_mild_penalt
     assert penalty(make("stall", penalty_share=0.2), mild) != []
 
 
+def test_stall_kl_penalty_is_not_claimed_when_the_reward_has_no_spread_at_all():
+    """A constant reward (std exactly 0) has no contrast for the penalty to outweigh: that is levels'
+    no learning signal; the share would be a division by ~0."""
+    flat = _penalty_rows([0.05] * 20, p99=0.001, reward_std=0.0)
+    assert penalty(make("stall"), flat) == []
+
+
 def test_stall_kl_penalty_from_the_pull_share_where_the_kl_is_a_loss_term():
     """GRPO with β 10 from step 1: the KL stays tiny (β × p99 far below the reward's spread), but the
     KL term holds 10-37% of the per-token gradient weight (healthy: <= 3%) - orange from its second step."""

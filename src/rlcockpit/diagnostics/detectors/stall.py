@@ -17,7 +17,8 @@ range is not small). A healthy run's KL rises from 0 with a clear trend. Early s
 within its scale* (below ``penalty_kl_max`` × the target or comfort level, ``_kl.KLScale``) — the
 −β·KL token rewards outweigh the task reward's contrast although the policy has not drifted, so
 the returns (and the policy gradient) mostly say "go back to the reference", before any flat
-window can show it. What it reads is the state of the objective, not a change: β is context in
+window can show it. A reward with no spread at all (``reward/std`` = 0) has no contrast to
+outweigh: that is ``levels``' no learning signal, not this key. What it reads is the state of the objective, not a change: β is context in
 the evidence (its level before), never the trigger — an operator who raises β a little never
 gets it; one who raises it until the penalty swamps the reward gets it, rightly.
 Where the KL is a loss term (GRPO), the trainer logs ``kl/pull_share``: β × the mean
@@ -152,7 +153,8 @@ class Stall(Detector):
         before = median(self._coef.values) if len(self._coef) else None
         if coef is not None:
             self._coef.push(coef, view.step)
-        share = coef * p99 / max(spread, 1e-12) if None not in (coef, p99, spread) else None
+        # a reward without spread has nothing for the penalty to outweigh: that is levels' no_signal
+        share = coef * p99 / spread if None not in (coef, p99, spread) and spread > 0 else None
         pull = view.finite("kl/pull_share")
         by_reward = share is not None and share >= cfg.penalty_share
         by_pull = pull is not None and pull >= cfg.penalty_pull
