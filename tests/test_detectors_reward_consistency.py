@@ -101,3 +101,18 @@ def test_the_engine_raises_it_once_for_a_noisy_run():
                                      batch(step, lambda p, r, s: rng.uniform(-1, 1)))
              if f.detector == "reward_consistency"]
     assert [f.status for f in found] == ["raised"] and found[0].severity == "orange"
+
+
+def test_a_moving_fusion_weight_starts_a_new_memory_and_a_fixed_one_does_not():
+    det = make()
+    for step in range(1, 21):  # the LSTM fusion re-weighs every answer each step, by design
+        alpha = 0.8 + 0.01 * (step % 5)
+        view = StepView(step, {"reward/fusion_alpha": alpha},
+                        tuple(batch(step, lambda p, r, s, a=alpha: a * deterministic(p, r, s))))
+        assert det.update(view) is None
+    rng = random.Random(4)
+    det = make()
+    got = [det.update(StepView(step, {"reward/fusion_alpha": 1.0},
+                               tuple(batch(step, lambda p, r, s: rng.uniform(-1, 1)))))
+           for step in range(1, 13)]
+    assert any(c is not None and c.severity == "orange" for c in got)

@@ -196,7 +196,32 @@ def docs_store(tmp_path_factory) -> tuple[str, str, str]:
             run.log(step, metrics)
             run.commit(step)
         run.close()
+    _pace(uri, SECONDS_PER_STEP)
     return uri, RUN_IDS[0], RUN_IDS[1]
+
+
+SECONDS_PER_STEP = 1.9  # a tiny-world PPO step on a laptop CPU
+
+
+def _pace(uri: str, seconds: float) -> None:
+    """Give the fixture runs the clock of a real run: they were logged in a tight loop (a header rate
+    of 10^5 steps/s and every step at the same second), so every stored time becomes the run's start
+    plus ``seconds`` per step."""
+    import sqlite3
+
+    db = sqlite3.connect(uri.removeprefix("sqlite:///"))
+    start = "(SELECT started_at FROM runs WHERE runs.run_key = {t}.run_key)"
+    with db:
+        for table in ("steps", "metrics", "histograms", "samples", "events", "snapshots", "phases",
+                      "checkpoints"):
+            db.execute(f"UPDATE {table} SET wall_time = {start.format(t=table)} + step * ?", (seconds,))
+        for col in ("min", "max", "nan"):
+            db.execute(f"UPDATE metric_rollups SET {col}_wall = {start.format(t='metric_rollups')} "
+                       f"+ {col}_step * ? WHERE {col}_step IS NOT NULL", (seconds,))
+        db.execute("UPDATE runs SET ended_at = started_at + (COALESCE(last_step, 0) + 1) * ?, "
+                   "heartbeat_at = started_at + (COALESCE(last_step, 0) + 1) * ? "
+                   "WHERE ended_at IS NOT NULL", (seconds, seconds))
+    db.close()
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,9 @@ again within ``window`` steps (a GRPO group's duplicate in the same step, or the
 epoch) the difference of the two rewards is kept. The share of the reward's variance that is noise
 is ``mean(d²) / 2`` (the variance of a reward that differs by d between two draws) over the
 variance of every reward of the last ``window`` steps. Rewards are divided by ``reward/scale``
-when the trainer logs it (a live reward-scale change is ``reward_scale``'s to judge). Samples
+when the trainer logs it (a live reward-scale change is ``reward_scale``'s to judge); when the
+reward model's fusion weight ``reward/fusion_alpha`` moves (the LSTM fusion of seed 000 §3.1
+re-weighs every answer each step by design), answers paid before are forgotten. Samples
 scored by a reward model with
 uncertainty gating (their ``uncertainty`` is logged) are left out: their weight follows the
 dropout draw of their batch by design (docs/reward_model.md).
@@ -72,7 +74,7 @@ class RewardConsistencyConfig(Config):
 class RewardConsistency(Detector):
     name = "reward_consistency"
     family = "reward_noise"
-    reads = ("reward/scale",)
+    reads = ("reward/scale", "reward/fusion_alpha")
     reads_samples = True
     patterns = ("reward_volatility",)
     signal = "reward"
@@ -88,6 +90,7 @@ class RewardConsistency(Detector):
         self._diffs: deque[tuple[int, float, float, float]] = deque()  # step, d, reward, before
         self._rewards: deque[tuple[int, float]] = deque()
         self._onset: int | None = None
+        self._alpha: float | None = None
 
     def update(self, view: StepView) -> Condition | object | None:
         cfg = self.config
@@ -95,6 +98,10 @@ class RewardConsistency(Detector):
             return SKIPPED
         scale = view.finite("reward/scale")  # a live reward_scale change pays every answer anew
         scale = scale if scale is not None and scale > 0 else 1.0
+        alpha = view.finite("reward/fusion_alpha")
+        if alpha is not None and alpha != self._alpha:  # the reward model's fusion weights moved:
+            self._last.clear()  # answers paid before are not comparable (same-step repeats are)
+        self._alpha = alpha
         for s in view.samples:
             reward = s.reward / scale if s.reward is not None else None
             if reward is None or reward != reward or abs(reward) == float("inf") or \
