@@ -166,8 +166,16 @@ def docs_store(tmp_path_factory) -> tuple[str, str, str]:
     uri = f"sqlite:///{tmp_path_factory.mktemp('docs') / 'runs.db'}"
     # storekit.build's run under a fixed id: the pictures do not change with the run id
     rng = random.Random(0)
-    run = rlcockpit.init(project="e2e", name="fixture-run", store=uri, config={"algo": "ppo"}, run_id=RUN_IDS[0])
+    config = {"algo": "ppo", "train": {"steps": STEPS}, "rollout": {"batch_size": 32, "n_samples": 1},
+              "cost": {"price_per_hour": 2.5}}
+    run = rlcockpit.init(project="e2e", name="fixture-run", store=uri, config=config, run_id=RUN_IDS[0])
+    run.event(0, "model_size", {"actor_params": 4_300_000, "critic_params": 4_300_000,
+                                "ref_params": 4_300_000, "device": "cpu", "dtype": "fp32"})
     for step in range(1, STEPS + 1):
+        # what the cost view reads (our trainer logs these every step)
+        run.log(step, {"cost/tokens_generated": 32 * 13.5, "cost/tokens_trained": 32 * 13.5,
+                       "cost/prompt_tokens": 32 * 18.0, "time/rollout_s": 0.8, "time/score_s": 0.25,
+                       "time/update_s": 0.7, "time/diagnose_s": 0.02})
         storekit.log_step(run, step, rng)
         run.phase(step, "update", "finished", duration_s=0.1, progress=1.0)
         if step == 33:
