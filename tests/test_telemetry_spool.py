@@ -11,6 +11,8 @@ import shutil
 import sqlite3
 import time
 
+import pytest
+
 import rlcockpit
 from rlcockpit.store import SampleQuery, open_store
 from rlcockpit.telemetry.recovery import missing_steps
@@ -165,3 +167,24 @@ def test_when_the_spool_is_full_too_the_lost_steps_are_named_and_a_resume_refill
     steps, _, _, missing = stored(uri, "lost")
     assert steps == tuple(range(32)) and missing == 0
     assert open_store(uri).reader().summary("lost").missing_steps == 0
+
+
+@pytest.mark.parametrize(("text", "spooled"), [
+    # a ClickHouse server that does not answer: clickhouse-connect's network errors carry no code
+    ("HTTPDriverException: Error HTTPConnectionPool(host='ch', port=8123): Max retries exceeded "
+     "(Caused by NewConnectionError: [Errno 111] Connection refused)", True),
+    ("Code: 243. DB::Exception: Cannot reserve 1.00 MiB, not enough space. (NOT_ENOUGH_SPACE)", True),
+    ("Code: 252. DB::Exception: Too many parts (300). (TOO_MANY_PARTS)", True),
+    ("Code: 241. DB::Exception: Memory limit (total) exceeded. (MEMORY_LIMIT_EXCEEDED)", True),
+    # a value of the batch the server refuses: split the batch, drop the value, never spool
+    ("Code: 53. DB::Exception: Type mismatch in VALUES section. (TYPE_MISMATCH)", False),
+    ("Code: 27. DB::Exception: Cannot parse input. (CANNOT_PARSE_INPUT_ASSERTION_FAILED)", False),
+])
+def test_a_clickhouse_outage_goes_to_the_spool_and_a_refused_value_does_not(text, spooled):
+    """The ClickHouse store marks what it cannot write now as unavailable; the telemetry spools
+    exactly those batches (the same path as SQLite's full disk above)."""
+    from rlcockpit.store.ch_transport import _error
+    from rlcockpit.telemetry.delivery import splittable, store_unavailable
+
+    error = _error("insert", RuntimeError(text), "clickhouse://ch:8123/db")
+    assert store_unavailable(error) is spooled and splittable(error) is (not spooled)
