@@ -119,38 +119,30 @@ class Engine:
 
     def tick(self, wall_time: float) -> list[FindingRecord]:
         """Heartbeat checks between steps (a stalled trainer logs no step)."""
-        out: list[FindingRecord] = []
         # the last step seen: a heartbeat finding is "after step N" (no step came since)
         step = max([self._last_step, *(a.since for a in self._active.values())])
-        for det in self.detectors:
-            if det.name in self.errors:
-                continue
-            try:
-                result = det.tick(wall_time, self._last_step_wall)
-            except Exception as exc:
-                self._fail(det, exc)
-                continue
-            if result is not None:
-                out.extend(self._raise_or_escalate(det, step, wall_time, _as_list(result),
-                                                   hold=False))
-        return out
+        return self._between_steps(lambda det: det.tick(wall_time, self._last_step_wall), step,
+                                   wall_time)
 
     def finish(self) -> list[FindingRecord]:
         """The log is complete: each detector's :meth:`~Detector.finish` conditions, raised at the
         last step seen (not held open: nothing follows them)."""
+        return self._between_steps(lambda det: det.finish(), self._last_step,
+                                   self._last_step_wall or 0.0)
+
+    def _between_steps(self, call: Any, step: int, wall: float) -> list[FindingRecord]:
+        """Conditions that come without a new step (``call(det)``), raised at ``step``, not held."""
         out: list[FindingRecord] = []
         for det in self.detectors:
             if det.name in self.errors:
                 continue
             try:
-                result = det.finish()
+                result = call(det)
             except Exception as exc:  # fail soft, as in observe()
                 self._fail(det, exc)
                 continue
             if result is not None:
-                out.extend(self._raise_or_escalate(det, self._last_step,
-                                                   self._last_step_wall or 0.0,
-                                                   _as_list(result), hold=False))
+                out.extend(self._raise_or_escalate(det, step, wall, _as_list(result), hold=False))
         return out
 
     def touch(self, wall_time: float) -> None:

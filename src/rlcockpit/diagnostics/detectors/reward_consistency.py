@@ -44,12 +44,16 @@ mode; check which field the reward function reads.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+
+import numpy as np
 
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import Streak
 
 _MAX_ANSWERS = 50_000  # remembered (prompt, response) pairs; the oldest are forgotten first
 
@@ -87,9 +91,9 @@ class RewardConsistency(Detector):
     def __init__(self, config: RewardConsistencyConfig | None = None) -> None:
         super().__init__(config)
         self._last: OrderedDict[int, tuple[int, float]] = OrderedDict()  # hash of the answer
-        self._diffs: deque[tuple[int, float, float, float]] = deque()  # step, d, reward, before
+        self._pairs: deque[tuple[int, float, float]] = deque()  # step, reward, the earlier one
         self._rewards: deque[tuple[int, float]] = deque()
-        self._onset: int | None = None
+        self._noisy = Streak()
         self._alpha: float | None = None
 
     def update(self, view: StepView) -> Condition | object | None:
@@ -103,58 +107,47 @@ class RewardConsistency(Detector):
             self._last.clear()  # answers paid before are not comparable (same-step repeats are)
         self._alpha = alpha
         for s in view.samples:
-            reward = s.reward / scale if s.reward is not None else None
-            if reward is None or reward != reward or abs(reward) == float("inf") or \
-                    s.uncertainty is not None:
+            if s.reward is None or not math.isfinite(s.reward) or s.uncertainty is not None:
                 continue
+            reward = s.reward / scale
             key = hash((s.prompt, s.response.strip()))  # 64 bits: no long texts kept
             seen = self._last.pop(key, None)
             if seen is not None and view.step - seen[0] <= cfg.window:
-                self._diffs.append((view.step, reward - seen[1], reward, seen[1]))
+                self._pairs.append((view.step, reward, seen[1]))
             self._last[key] = (view.step, reward)
             if len(self._last) > _MAX_ANSWERS:
                 self._last.popitem(last=False)
             self._rewards.append((view.step, reward))
         first = view.step - cfg.window
-        while self._diffs and self._diffs[0][0] <= first:
-            self._diffs.popleft()
+        while self._pairs and self._pairs[0][0] <= first:
+            self._pairs.popleft()
         while self._rewards and self._rewards[0][0] <= first:
             self._rewards.popleft()
         return self._judge(view.step)
 
     def _judge(self, step: int) -> Condition | None:
         cfg = self.config
-        pairs = len(self._diffs)
-        values = [r for _, r in self._rewards]
-        if pairs < cfg.min_pairs or len(values) < 2:
-            self._onset = None
+        pairs = len(self._pairs)
+        total = float(np.var([r for _, r in self._rewards])) if len(self._rewards) > 1 else 0.0
+        share = (sum((r - before) ** 2 for _, r, before in self._pairs) / pairs / 2 / total
+                 if pairs >= cfg.min_pairs and total > 0 else 0.0)
+        if not self._noisy.update(share >= cfg.yellow, step):
             return None
-        mean = sum(values) / len(values)
-        total = sum((v - mean) ** 2 for v in values) / len(values)
-        if total <= 0:
-            self._onset = None
-            return None
-        noise = sum(d * d for _, d, _, _ in self._diffs) / pairs / 2
-        share = noise / total
-        if share < cfg.yellow:
-            self._onset = None
-            return None
-        self._onset = step if self._onset is None else self._onset
         severity = "orange" if share >= cfg.orange else "yellow"
-        differ = sum(1 for _, d, _, _ in self._diffs if d != 0)
-        worst = max(self._diffs, key=lambda x: abs(x[1]))
+        differ = sum(1 for _, r, before in self._pairs if r != before)
+        worst_step, worst, earlier = max(self._pairs, key=lambda x: abs(x[1] - x[2]))
         evidence = {"noise_share": share, "pairs": pairs, "pairs_differing": differ,
                     "reward_var": total, "window": cfg.window, "example": {
-                        "step": worst[0], "reward": worst[2], "earlier_reward": worst[3]},
+                        "step": worst_step, "reward": worst, "earlier_reward": earlier},
                     "threshold": cfg.orange if severity == "orange" else cfg.yellow,
-                    "signal": "reward", "onset_step": self._onset, "pattern": "reward_volatility"}
+                    "signal": "reward", "onset_step": self._noisy.onset, "pattern": "reward_volatility"}
         return Condition(
             severity, f"identical answers to the same prompt were paid differently: {differ} of "
-            f"{pairs} repeated answers in the last {cfg.window} steps (e.g. {worst[3]:.3g} and then "
-            f"{worst[2]:.3g}); that noise is {share:.0%} of the reward's variance — the reward "
+            f"{pairs} repeated answers in the last {cfg.window} steps (e.g. {earlier:.3g} and then "
+            f"{worst:.3g}); that noise is {share:.0%} of the reward's variance — the reward "
             "does not depend only on the answer (noise, a reward that changes with time, or "
             "rewards matched to the wrong samples)",
             evidence,
             message_zh=f"同一提示下完全相同的回答得到了不同的奖励：最近 {cfg.window} 步内 {pairs} 个重复回答中有 "
-                       f"{differ} 个（如 {worst[3]:.3g} 后又得 {worst[2]:.3g}）；这部分噪声占奖励方差的 "
+                       f"{differ} 个（如 {earlier:.3g} 后又得 {worst:.3g}）；这部分噪声占奖励方差的 "
                        f"{share:.0%}——奖励并不只取决于回答（噪声、随时间变化的奖励，或奖励被对应到了错误的样本）")

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from rlcockpit.config import Config, check, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
 from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import Streak
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class Sampling(Detector):
 
     def __init__(self, config: SamplingConfig | None = None) -> None:
         super().__init__(config)
-        self._onset: dict[str, int] = {}
+        self._cold, self._narrow = Streak(), Streak()
 
     def update(self, view: StepView) -> list[Condition] | object:
         cfg = self.config
@@ -91,18 +92,12 @@ class Sampling(Detector):
                  self._top_p(view.step, top_p, entropy, cfg)]
         return [c for c in found if c is not None]
 
-    def _since(self, key: str, step: int, holds: bool) -> int | None:
-        if not holds:
-            self._onset.pop(key, None)
-            return None
-        return self._onset.setdefault(key, step)
-
     def _temperature(self, step: int, temperature: float | None, entropy: float | None,
                      cfg: SamplingConfig) -> Condition | None:
-        onset = self._since("temperature", step, temperature is not None
-                            and 0 < temperature < cfg.low)
-        if onset is None or temperature is None:
+        cold = temperature is not None and 0 < temperature < cfg.low
+        if not self._cold.update(cold, step) or temperature is None:
             return None
+        onset = self._cold.onset
         severity = "orange" if temperature <= cfg.cold else "yellow"
         sharper = 1.0 / temperature
         evidence = {"temperature": temperature, "entropy": entropy, "sharpening": sharper,
@@ -118,9 +113,10 @@ class Sampling(Detector):
 
     def _top_p(self, step: int, top_p: float | None, entropy: float | None,
                cfg: SamplingConfig) -> Condition | None:
-        onset = self._since("top_p", step, top_p is not None and 0 < top_p < cfg.top_p_low)
-        if onset is None or top_p is None:
+        narrow = top_p is not None and 0 < top_p < cfg.top_p_low
+        if not self._narrow.update(narrow, step) or top_p is None:
             return None
+        onset = self._narrow.onset
         severity = "orange" if top_p <= cfg.top_p_narrow else "yellow"
         evidence = {"top_p": top_p, "entropy": entropy,
                     "threshold": cfg.top_p_narrow if severity == "orange" else cfg.top_p_low,

@@ -18,7 +18,6 @@ run's own clock is resolved (:mod:`._timing`).
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -176,16 +175,11 @@ def read_paths(paths: Sequence[str | Path], fmt: str | None = None,
 
 
 def _table_order(files: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
-    """``files`` with TRL's completion tables in step order (by the number their name ends in),
-    each table after the others of its folder; other files keep their order."""
+    """``files`` with TRL's completion tables in step order (natural order of their names, as a
+    folder is read: ``completions_9`` before ``completions_10``), after the other files."""
     tables = [f for f in files if f[1] == "trl-completions"]
     others = [f for f in files if f[1] != "trl-completions"]
-    return others + sorted(tables, key=lambda f: (str(f[0].parent), _name_step(f[0]), f[0].name))
-
-
-def _name_step(path: Path) -> int:
-    digits = re.search(r"(\d+)$", path.stem)
-    return int(digits.group(1)) if digits else -1
+    return others + sorted(tables, key=lambda f: _natural_key(f[0]))
 
 
 def _choose_files(candidates: list[tuple[Path, bool]], fmt: str | None, step_key: str | None = None
