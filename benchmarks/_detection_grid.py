@@ -25,15 +25,19 @@ ROOT = Path(__file__).resolve().parent.parent
 # 6c27257, evaluated once, reported in docs/detection.md), spent the same way. calibration-e: the fourth
 # evaluation split (frozen at 479b9b8, evaluated once, reported in docs/detection.md), spent the same way.
 # calibration-f: the fifth evaluation split (frozen at 0078262, evaluated once, reported in
-# docs/detection.md); the detectors changed after it (issue 26), so the sixth evaluation uses fresh seeds
-# 600-604, never run before.
+# docs/detection.md); the detectors changed after it (issue 26), so the sixth evaluation used fresh seeds
+# 600-604. calibration-g: that sixth evaluation split (frozen at 10c0145, evaluated once, reported in
+# docs/detection.md), declared calibration data on 2026-12-07 before any tuning on it; the seventh evaluation
+# uses fresh seeds 800-804, never run before (700-799 are the unseen-fault benchmark's seeds).
 SPLITS: dict[str, tuple[int, ...]] = {"calibration": (0, 1, 2, 3, 4), "calibration-b": (100, 101, 102, 103, 104),
                                       "calibration-c": (200, 201, 202, 203, 204),
                                       "calibration-d": (300, 301, 302, 303, 304),
                                       "calibration-e": (400, 401, 402, 403, 404),
                                       "calibration-f": (500, 501, 502, 503, 504),
-                                      "evaluation": (600, 601, 602, 603, 604)}
-TUNING_SPLITS = ("calibration", "calibration-b", "calibration-c", "calibration-d", "calibration-e", "calibration-f")
+                                      "calibration-g": (600, 601, 602, 603, 604),
+                                      "evaluation": (800, 801, 802, 803, 804)}
+TUNING_SPLITS = ("calibration", "calibration-b", "calibration-c", "calibration-d", "calibration-e", "calibration-f",
+                 "calibration-g")
 # The baseline run of each config (the `baseline` detector): the healthy run of calibration seed 0 — another
 # seed of the same recipe, never the fault run's own twin (outside the calibration split, where seed 0's twin
 # is its own baseline and so compares with itself).

@@ -2,8 +2,9 @@
 and do long healthy runs stay quiet? Measured on disjoint seed splits against no-fault twins.
 
 - **Splits**: ``--split calibration`` (seeds 0-4), ``calibration-b`` (100-104), ``calibration-c``
-  (200-204), ``calibration-d`` (300-304), ``calibration-e`` (400-404) and ``calibration-f`` (500-504) for
-  tuning (b to f are the spent first to fifth evaluations), or ``evaluation`` (seeds 600-604). The
+  (200-204), ``calibration-d`` (300-304), ``calibration-e`` (400-404), ``calibration-f`` (500-504) and
+  ``calibration-g`` (600-604) for tuning (b to g are the spent first to sixth evaluations), or
+  ``evaluation`` (seeds 800-804). The
   evaluation split refuses to run while src/rlcockpit/diagnostics/ has uncommitted changes and
   records the commit of the detector code ("thresholds frozen at commit ...").
 - **Runs**: per seed, one healthy run of each config (PPO / GRPO x fixed / adaptive KL, 200 steps,
@@ -695,8 +696,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--split", choices=sorted(SPLITS), default="calibration",
                    help="calibration: seeds 0-4; calibration-b: 100-104, calibration-c: 200-204, calibration-d: "
-                        "300-304, calibration-e: 400-404, calibration-f: 500-504 (the first five evaluation splits, "
-                        "spent: tuning allowed); evaluation: seeds 600-604 "
+                        "300-304, calibration-e: 400-404, calibration-f: 500-504, calibration-g: 600-604 "
+                        "(the first six evaluation splits, spent: tuning allowed); evaluation: seeds 800-804 "
                         "(refuses to run with uncommitted detector changes)")
     p.add_argument("--quick", action="store_true", help="smoke test: lr_spike (late, resumed from the twin), "
                    "nan_reward (onset 0), ref_prompt_template, 1 short PPO twin; the split's first seed, 8 prompts")
