@@ -19,7 +19,7 @@ from rlcockpit.integrations.export import WHATS as EXPORT_WHATS
 from rlcockpit.integrations.importers import FORMATS as IMPORT_FORMATS
 
 # not followed live (console-dicts is: OpenRLHF's "Global step" lines, printed Trainer dicts)
-CONSOLE_AND_DATABASE_FORMATS = ("deepspeed-chat", "console-table", "wandb-csv", "trackio")
+CONSOLE_AND_DATABASE_FORMATS = ("deepspeed-chat", "console-table", "nemo-rl-console", "wandb-csv", "trackio")
 
 EXPORT_EPILOG = """examples:
   rlcockpit export --store sqlite:///rlcockpit.db --run RUN --what metrics --format jsonl

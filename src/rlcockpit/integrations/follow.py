@@ -42,7 +42,7 @@ from rlcockpit.integrations.importers import (
 )
 from rlcockpit.records import SampleRecord
 
-NOT_FOLLOWED = ("deepspeed-chat", "console-table", "wandb-csv", "trackio")  # import only
+NOT_FOLLOWED = ("deepspeed-chat", "console-table", "nemo-rl-console", "wandb-csv", "trackio")  # import only
 TEXT_SNIFF_LIMIT = 1 << 20  # a console log still without a record at this size is not followed
 
 log = logging.getLogger("rlcockpit.integrations.follow")

@@ -9,7 +9,8 @@ Two stages, so a malformed file never leaves a half-imported run behind:
 
 Formats (one module each): ``trl-completions``, ``verl-rollout``, ``jsonl-logger``,
 ``tensorboard``, ``rlcockpit`` (rlcockpit's own exports), the console logs ``console-dicts``
-(TRL / HF Trainer, ms-swift, OpenRLHF), ``deepspeed-chat`` and ``console-kv`` (MiniMind), and
+(TRL / HF Trainer, ms-swift, OpenRLHF), ``deepspeed-chat``, ``console-kv`` (MiniMind, verl),
+``console-table`` (notebook tables) and ``nemo-rl-console`` (NeMo-RL's GRPO trainer), and
 ``wandb-csv`` and ``trackio``. Without ``fmt`` the format is detected per file (:mod:`._detect`).
 A folder stands for the files of these formats inside it; its other files (a model's
 config.json...) are left out and listed in ``ParsedImport.ignored_files``. After reading, the
@@ -31,6 +32,7 @@ from rlcockpit.integrations.follow_text import Overlap
 from rlcockpit.integrations.importers import (
     console_dicts,
     console_kv,
+    console_nemo,
     console_table,
     deepspeed_chat,
     jsonl_logger,
@@ -110,6 +112,7 @@ class ReadOptions:
 _TEXT_READERS = {"jsonl-logger": jsonl_logger.read_file, "console-dicts": console_dicts.read_file,
                  "deepspeed-chat": deepspeed_chat.read_file, "console-kv": console_kv.read_file,
                  "console-table": console_table.read_file,
+                 "nemo-rl-console": console_nemo.read_file,
                  "wandb-csv": wandb_csv.read_file}
 
 

@@ -3,7 +3,8 @@
 Order (the first that matches wins): ``tensorboard`` (``tfevents`` in the name), Parquet
 (rlcockpit export or TRL completions), a ``.json`` Trainer state, a ``.csv`` W&B run history, a
 SQLite Trackio project database, a JSON Lines file (rlcockpit export, verl rollout, file logger),
-then console text: DeepSpeed-Chat step-3 lines, printed dicts, ``Key: value`` lines.
+then console text: NeMo-RL's step blocks, DeepSpeed-Chat step-3 lines, printed dicts,
+``Key: value`` lines, tables.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from rlcockpit.integrations.importers import (
     console_dicts,
     console_kv,
+    console_nemo,
     console_table,
     deepspeed_chat,
     jsonl_logger,
@@ -28,8 +30,9 @@ from rlcockpit.integrations.importers import (
 from rlcockpit.integrations.importers._base import fail, first_object, iter_jsonl
 
 FORMATS = ("trl-completions", "verl-rollout", "jsonl-logger", "tensorboard", "rlcockpit",
-           "console-dicts", "deepspeed-chat", "console-kv", "console-table", "wandb-csv", "trackio")
-CONSOLE_FORMATS = ("console-dicts", "deepspeed-chat", "console-kv", "console-table")
+           "console-dicts", "deepspeed-chat", "console-kv", "console-table", "nemo-rl-console",
+           "wandb-csv", "trackio")
+CONSOLE_FORMATS = ("console-dicts", "deepspeed-chat", "console-kv", "console-table", "nemo-rl-console")
 FILE_SUFFIXES = (".parquet", ".jsonl", ".json", ".log", ".txt", ".out", ".csv", ".db", ".sqlite")
 JSON_SUFFIXES = (".jsonl", ".json")
 
@@ -100,6 +103,10 @@ def _detect_json_lines(path: Path, step_key: str | None) -> str | None:
 
 
 def _detect_console(path: Path, step_key: str | None) -> str | None:
+    # first: a step header with a result block is unambiguous, while NeMo-RL's start-up (config
+    # dump, Ray / vLLM lines) may hold lines that the looser console sniffers below would take
+    if console_nemo.sniff(path):
+        return "nemo-rl-console"
     if deepspeed_chat.sniff(path):
         return "deepspeed-chat"
     if console_dicts.sniff(path, step_key):
