@@ -17,13 +17,13 @@ and do long healthy runs stay quiet? Measured on disjoint seed splits against no
   for the runs trained from step 1 the replay is checked against the live findings): the first step
   where the fault run's metrics leave the twin's (hyper-parameter, time, perf and sys metrics
   ignored; relative tolerance 1e-6); a detection counts when an expected detector raised a finding
-  (any tier) from the first faulted step on and the twin has no finding of that detector and key in
-  the same steps; latency is counted from the first divergence. A ramp is caught "in time" when the
+  (any tier) from the first faulted step on and the twin raised no finding of that detector and key
+  within 5 steps of it (``TWIN_COINCIDENCE``; before 2026-12-07: anywhere in the scored steps); latency is counted from the first divergence. A ramp is caught "in time" when the
   detection comes no later than the step where the metric the fault drives (``Fault.drives``) has
   moved away from the twin's by 2x the twin's spread (its standard deviation over the same steps).
 - **Peers** (benchmarks/_peer_runner.py inside .benchvenv-peers) on the same streams exported to
-  JSONL: an alert from the first divergence on whose type the peer did not raise on the twin in the
-  same steps.
+  JSONL: an alert from the first divergence on whose type the peer did not raise on the twin within
+  5 steps of it (the same rule).
 
 Prints markdown tables, writes them into docs/detection.md between markers (``--docs``), and as the
 LAST stdout line one JSON object with the headline numbers.
@@ -303,10 +303,15 @@ def score_fault(o: Outcome, twin: Outcome | None) -> dict[str, Any]:
     job, fault = o.job, make_fault(o.job.fault, o.job.variant)
     lo, hi = job.first_step, o.steps
     twin_rows = _raised(twin.findings, lo, hi) if twin else []
-    twin_keys = {(f["detector"], f["key"]) for f in twin_rows}
-    own = [f for f in _raised(o.findings, lo, hi) if (f["detector"], f["key"]) not in twin_keys]
+    twin_at: dict[tuple[str, str], list[int]] = {}
+    for f in twin_rows:
+        twin_at.setdefault((f["detector"], f["key"]), []).append(f["step"])
+    raised = _raised(o.findings, lo, hi)
+    own = [f for f in raised if not coincides(f["step"], twin_at.get((f["detector"], f["key"]), []))]
+    own_any = [f for f in raised if (f["detector"], f["key"]) not in twin_at]  # the rule before 2026-12-07
     hits = [f for f in own if expected_hit(f, fault)]
     hits_nb = [f for f in hits if f["detector"] != BASELINE]
+    hits_any = [f for f in own_any if expected_hit(f, fault)]
     orange = [f for f in own if f["severity"] in ORANGE_PLUS]
     div, moved = first_divergence(o.metrics, twin.metrics, hi, ignored_metrics()) if twin else (None, [])
     ref = div if div is not None else lo
@@ -314,6 +319,7 @@ def score_fault(o: Outcome, twin: Outcome | None) -> dict[str, Any]:
         "shape": fault.shape, "expected": fault.expected, "divergence": div, "diverged": moved[:4],
         "early_divergence": div is not None and div < lo,  # before the fault struck: the twin is not exact
         "detected": bool(hits), "hit": _brief(hits[0], ref) if hits else None,
+        "detected_any_twin_rule": bool(hits_any),
         "latency": hits[0]["step"] - ref if hits else None,
         "no_effect": div is None,  # the fault changed no metric of the run: nothing to detect (not scored)
         "detected_nb": bool(hits_nb), "hit_nb": _brief(hits_nb[0], ref) if hits_nb else None,
@@ -326,7 +332,21 @@ def score_fault(o: Outcome, twin: Outcome | None) -> dict[str, Any]:
         s.update(ramp_timing(o, twin, fault.drives, lo, hi, hits))
         nb = ramp_timing(o, twin, fault.drives, lo, hi, hits_nb)
         s["in_time_nb"], s["in_time_3step_nb"] = nb["in_time"], nb["in_time_3step"]
+        old_rule = ramp_timing(o, twin, fault.drives, lo, hi, hits_any)
+        s["latency_from_2x_any_twin_rule"] = old_rule["latency_from_2x"]
     return s
+
+
+TWIN_COINCIDENCE = 5  # steps: a twin finding this close to the fault run's is the same chance alarm
+
+
+def coincides(step: int, twin_steps: Iterable[int]) -> bool:
+    """Whether the twin raised the same finding (detector and key) within ``TWIN_COINCIDENCE`` steps of
+    ``step``: then the fault run's finding is what a healthy run shows at that time, not the fault.
+    (Until 2026-12-07 any twin finding of that detector and key in the scored steps cancelled the fault
+    run's, even one 20 steps later: a KL tier the fault crossed at +3 was cancelled by the twin's chance
+    crossing at +26. The headline keeps that rule's counts as ``*_any_twin_rule``.)"""
+    return any(abs(step - t) <= TWIN_COINCIDENCE for t in twin_steps)
 
 
 def expected_hit(f: dict[str, Any], fault: Any) -> bool:
@@ -345,7 +365,8 @@ def ramp_timing(o: Outcome, twin: Outcome, metric: str, lo: int, hi: int,
     values = [twin.metrics.get(s, {}).get(metric) for s in range(lo, hi + 1)]
     values = [v for v in values if v is not None and math.isfinite(v)]
     if len(values) < 2:
-        return {"spread": None, "moved_2x": None, "latency_from_2x": None, "in_time": None,
+        return {"spread": None, "moved_2x": None, "latency_from_2x": None, "latency_from_2x_3step": None,
+                "in_time": None,
                 "moved_2x_3step": None, "in_time_3step": None}
     spread = statistics.pstdev(values)
     moved = moved3 = None
@@ -371,7 +392,8 @@ def ramp_timing(o: Outcome, twin: Outcome, metric: str, lo: int, hi: int,
     # healthy spreads (one step), the earliest point any detector that keeps healthy runs quiet can
     # see it; negative: caught before that
     latency_2x = first - moved if first is not None and moved is not None else None
-    return {"spread": spread, "moved_2x": moved, "latency_from_2x": latency_2x,
+    latency_3 = first - moved3 if first is not None and moved3 is not None else None
+    return {"spread": spread, "moved_2x": moved, "latency_from_2x": latency_2x, "latency_from_2x_3step": latency_3,
             "in_time": first is not None and (moved is None or first <= moved),
             "moved_2x_3step": moved3, "in_time_3step": first is not None and (moved3 is None or first <= moved3)}
 
@@ -422,8 +444,9 @@ def run_peers(python: str | None, streams: list[Path], out: Path) -> dict[str, A
 
 
 def score_peer(peer: dict[str, Any], o: Outcome, twin: Outcome | None, ref: int | None) -> dict[str, Any]:
-    """Healthy: alert counts. Fault: the first alert from ``ref`` on of a type not raised on the twin
-    in the same steps (a generic alarm that also fires on the healthy twin says nothing)."""
+    """Healthy: alert counts. Fault: the first alert from ``ref`` on of a type the twin did not raise
+    within ``TWIN_COINCIDENCE`` steps of it (an alarm that also fires on the healthy twin then says
+    nothing) -- the rule our own findings are scored by."""
     if "error" in peer:
         return {"error": peer["error"]}
     run = peer.get("runs", {}).get(o.job.key, {})
@@ -436,9 +459,12 @@ def score_peer(peer: dict[str, Any], o: Outcome, twin: Outcome | None, ref: int 
                 "names": sorted({a[1] for a in alerts})}
     start, end = o.job.first_step, o.steps
     twin_alerts = peer.get("runs", {}).get(twin.job.key, {}).get("alerts", []) if twin else []  # live and post-hoc
-    generic = {a[1] for a in twin_alerts if start <= a[0] <= end}
+    twin_at: dict[str, list[int]] = {}
+    for a in twin_alerts:
+        if start <= a[0] <= end:
+            twin_at.setdefault(a[1], []).append(a[0])
     ref = ref if ref is not None else start
-    hits = [a for a in alerts if ref <= a[0] <= end and a[1] not in generic]
+    hits = [a for a in alerts if ref <= a[0] <= end and not coincides(a[0], twin_at.get(a[1], []))]
     return {"latency": hits[0][0] - ref if hits else None, "name": hits[0][1] if hits else ""}
 
 
@@ -574,6 +600,10 @@ def headline_numbers(outcomes: list[Outcome], fault_rows: list, healthy_rows: li
         "ramps_caught_before_2x_spread_3step": f"{sum(bool(s.get('in_time_3step')) for s in ramps)}/{len(ramps)}",
         "ramps_in_time_3step_by_speed": ramps_by_speed(ramps),
         "ramp_latency_from_2x_spread": ramp_latency_target(ramps),
+        "ramp_latency_from_2x_spread_3step": ramp_latency_target(ramps, "moved_2x_3step", "latency_from_2x_3step"),
+        "any_twin_rule": {  # scored as before 2026-12-07: a twin finding anywhere in the scored steps cancels
+            "step_faults_caught": f"{sum(s['detected_any_twin_rule'] for s in steps)}/{len(steps)}",
+            "ramp_latency_from_2x_spread": ramp_latency_target(ramps, "moved_2x", "latency_from_2x_any_twin_rule")["all"]},
         "healthy": {"runs": len(healthy_rows), "steps": healthy_steps, **counts,
                     "orange_per_1000_steps": round(per_k, 2) if per_k is not None else None,
                     "of_which_baseline_detector": counts_nb["baseline"],
@@ -627,16 +657,19 @@ def ramps_by_speed(ramps: list[dict[str, Any]]) -> dict[str, str]:
 RAMP_TARGET_MEDIAN, RAMP_TARGET_WITHIN, RAMP_TARGET_SHARE = 3, 10, 0.9
 
 
-def ramp_latency_target(ramps: list[dict[str, Any]]) -> dict[str, Any]:
+def ramp_latency_target(ramps: list[dict[str, Any]], moved: str = "moved_2x",
+                        latency: str = "latency_from_2x") -> dict[str, Any]:
     """Issue 26 point 5, per ramp speed and overall: the latency of each caught ramp from the first
     step its metric left two healthy spreads (``latency_from_2x``); target median <= 3 steps and
     >= 90 % within 10 steps. A ramp never caught counts as not within 10; one whose metric never
-    left two spreads is not scored here (its detection is in ``ramps_caught``)."""
+    left two spreads is not scored here (its detection is in ``ramps_caught``). ``moved`` /
+    ``latency``: the same from the 3-step mean (``moved_2x_3step``: a single step of two diverged
+    runs passes 2 spreads on ~16 % of steps by chance, so a run the fault hardly moved is scored from
+    a chance step), or by the scoring rule before 2026-12-07 (``latency_from_2x_any_twin_rule``)."""
     def summary(group: list[dict[str, Any]]) -> dict[str, Any]:
-        scored = [s for s in group if s.get("moved_2x") is not None]
-        lat = sorted(s["latency_from_2x"] for s in scored if s.get("latency_from_2x") is not None)
-        within = sum(1 for s in scored if s.get("latency_from_2x") is not None
-                     and s["latency_from_2x"] <= RAMP_TARGET_WITHIN)
+        scored = [s for s in group if s.get(moved) is not None]
+        lat = sorted(s[latency] for s in scored if s.get(latency) is not None)
+        within = sum(1 for s in scored if s.get(latency) is not None and s[latency] <= RAMP_TARGET_WITHIN)
         med = statistics.median(lat) if lat else None
         return {"ramps": len(scored), "caught": len(lat), "median_latency": med,
                 f"within_{RAMP_TARGET_WITHIN}": f"{within}/{len(scored)}",
@@ -644,8 +677,8 @@ def ramp_latency_target(ramps: list[dict[str, Any]]) -> dict[str, Any]:
                 and within >= RAMP_TARGET_SHARE * len(scored)}
     out = {"all": summary(ramps)}
     for lo, hi, label in RAMP_SPEEDS:
-        out[label] = summary([s for s in ramps if s.get("moved_2x") is not None
-                              and lo <= s["moved_2x"] - s["scored"][0] <= hi])
+        out[label] = summary([s for s in ramps if s.get(moved) is not None
+                              and lo <= s[moved] - s["scored"][0] <= hi])
     return out
 
 

@@ -45,3 +45,20 @@ def test_a_ramp_never_caught_counts_against_the_share():
     out = bench.ramp_latency_target([_ramp(3, 4), _ramp(3, None)])["all"]
     assert out["ramps"] == 2 and out["caught"] == 1 and out["within_10"] == "1/2"
     assert out["target_met"] is False
+
+
+def test_a_twin_finding_cancels_the_fault_runs_only_when_it_comes_within_five_steps():
+    bench = _detection()
+    assert bench.coincides(125, [128]) and bench.coincides(125, [120])
+    # the KL tier a fault crossed 3 steps into its ramp is not the healthy twin's chance crossing 23 steps later
+    assert not bench.coincides(125, [148]) and not bench.coincides(125, [])
+
+
+def test_the_ramp_latency_from_the_3_step_mean_scores_only_ramps_that_really_moved():
+    bench = _detection()
+    moved_by_chance = {**_ramp(25, None), "moved_2x_3step": None, "latency_from_2x_3step": None}
+    real = {**_ramp(5, 7), "moved_2x_3step": 16, "latency_from_2x_3step": 1}
+    one_step = bench.ramp_latency_target([moved_by_chance, real])["all"]
+    assert one_step["ramps"] == 2 and one_step["within_10"] == "1/2"
+    three = bench.ramp_latency_target([moved_by_chance, real], "moved_2x_3step", "latency_from_2x_3step")["all"]
+    assert three["ramps"] == 1 and three["within_10"] == "1/1" and three["median_latency"] == 1
