@@ -1,0 +1,167 @@
+"""Reward components over a whole log: one that never paid, and a trade-off in a short log.
+
+Failure mode: a reward function that never pays — a format pattern that never matches the
+model's output, a verifier that fails on every answer and scores it 0 — contributes nothing, and
+the run optimises the other components only (open-r1 / TRL GRPO users report "format_reward is
+always 0"). To every history-based check a component at 0 is a constant, which is no move. And a
+few rows pasted from an issue in which the task's component falls while another one rises: the
+policy earns its reward from the format instead of the task (an open-r1 GRPO log: accuracy reward
+0.16 → 0.12 → 0.06 while the format reward went 0.48 → 0.55 → 0.86), too short a log for
+``rm_component_bias``'s 8-step reference.
+Signal: each component's ``reward/<component>/mean`` (as ``rm_component_bias`` names them), judged
+once, when the log is known to be complete (``finish``: ``rlcockpit doctor`` on an import or on a
+finished or failed run) — never while a run is live, where a component at 0 may still start paying.
+Key ``never_pays/<component>``: the component was exactly 0 on every one of at least
+``min_steps`` (2) logged steps while the run's reward did move (``reward/mean`` not constant, or
+another component not 0). Key ``tradeoff/<component>``: in a complete log of fewer than
+``short_steps`` (10) logged steps (at least 3: the logs no history-based check can judge), the component
+fell at every logged step to at most ``1 − fall_frac`` of its first value (a fall ≥ 50 %, from a
+positive first value), by at least ``min_move`` (0.05) reward units or 0.1 × the median
+``reward/std`` (whichever is larger), while another component rose at every step by at least as
+much.
+Default thresholds: both yellow: a log shows the state, not why it came about; the evidence names
+the component and its values.
+Practical significance: yellow only. "Never paid" is an exact 0 on every step — in the reward's
+own units, at any scale; the trade-off is a fall of half the component's own first value and at
+least 0.05 reward units (or a tenth of the reward spread), monotone, against a monotone rise of
+another component by as much: no z-score over a history of 3 rows.
+Scale assumptions: none — exact zeros, ratios to the component's own first value, and a floor in
+reward units scaled by ``reward/std`` where it is logged.
+False positives: a penalty that legitimately never fires (a repetition penalty in a run that
+never repeats) is reported as "never paid" — read it as a check, not a failure; a short log whose
+task reward falls by chance while the format is being learned.
+Fix: run the component's reward function on a few logged completions and look at what it matches
+(the format's tags, the answer's extraction); for a trade-off, weigh the task reward up or the
+format reward down, or gate the format reward on a correct answer.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlcockpit.config import Config, option
+from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
+from rlcockpit.diagnostics.detectors.rm_component_bias import NOT_COMPONENTS, component_names
+from rlcockpit.diagnostics.registry import register
+from rlcockpit.diagnostics.windows import median
+
+
+@dataclass(frozen=True)
+class RewardComponentsConfig(Config):
+    min_steps: int = option(2, help="Logged steps a complete log needs before it is judged.",
+                            range=(2, 1_000_000))
+    short_steps: int = option(10, help="Trade-offs are judged in complete logs shorter than this "
+                              "(longer ones are rm_component_bias's).", range=(3, 1_000_000))
+    fall_frac: float = option(0.5, help="The falling component lost at least this share of its "
+                              "first value.", range=(0.0, 1.0))
+    min_move: float = option(0.05, help="Smallest fall (and rise), in reward units.",
+                             range=(0.0, 1e9))
+    std_frac: float = option(0.1, help="... or this fraction of the median reward/std, when "
+                             "larger.", range=(0.0, 100.0))
+
+
+def _monotone(values: Sequence[float], sign: int) -> bool:
+    return all(sign * (b - a) > 0 for a, b in zip(values, values[1:]))
+
+
+@register
+class RewardComponents(Detector):
+    name = "reward_components"
+    family = "rm_component_bias"
+    reads = ("reward/", "reward/std", "reward/mean")
+    patterns = ("reward_sparse", "reward_hacking")
+    signal = "reward components"
+    Config = RewardComponentsConfig
+
+    @classmethod
+    def able(cls, names: frozenset[str], samples: bool) -> bool:
+        return any(len(p := n.split("/")) == 3 and p[0] == "reward" and p[2] == "mean"
+                   and p[1] not in NOT_COMPONENTS for n in names)
+
+    def __init__(self, config: RewardComponentsConfig | None = None) -> None:
+        super().__init__(config)
+        self._values: dict[str, list[float]] = defaultdict(list)
+        self._steps: dict[str, list[int]] = defaultdict(list)
+        self._reward: list[float] = []
+        self._std: list[float] = []
+        self._seen = 0
+
+    def update(self, view: StepView) -> list[Condition] | object:
+        names = component_names(view)
+        if not names:
+            return SKIPPED  # no reward components logged
+        self._seen += 1
+        for name in names:
+            value = view.finite(f"reward/{name}/mean")
+            if value is not None:
+                self._values[name].append(value)
+                self._steps[name].append(view.step)
+        for series, key in ((self._reward, "reward/mean"), (self._std, "reward/std")):
+            value = view.finite(key)
+            if value is not None:
+                series.append(value)
+        return []  # judged on the whole log only (finish)
+
+    def finish(self) -> list[Condition] | None:
+        cfg = self.config
+        judged = {n: v for n, v in self._values.items() if len(v) >= cfg.min_steps}
+        if not judged:
+            return None
+        out = [c for name in sorted(judged) if (c := self._never_pays(name, judged)) is not None]
+        if self._seen < cfg.short_steps:
+            out += [c for name in sorted(judged) if (c := self._tradeoff(name, judged)) is not None]
+        return out
+
+    def _never_pays(self, name: str, judged: dict[str, list[float]]) -> Condition | None:
+        values = judged[name]
+        if any(v != 0.0 for v in values):
+            return None
+        moved = (len(self._reward) >= 2 and max(self._reward) > min(self._reward)) or any(
+            any(v != 0.0 for v in other) for n, other in judged.items() if n != name)
+        if not moved:
+            return None  # nothing paid at all: the levels / stall checks' finding
+        steps = self._steps[name]
+        evidence = {"component": name, "steps": len(values), "first_step": steps[0],
+                    "last_step": steps[-1], "signal": f"reward/{name}/mean",
+                    "onset_step": steps[0], "reward_mean": self._reward[-4:]}
+        return Condition(
+            "yellow", f"reward component {name!r} was exactly 0 on every one of the {len(values)} "
+            f"logged steps ({steps[0]}–{steps[-1]}) while the reward moved: this reward function "
+            "never paid — a pattern that never matches the completions, or a verifier that fails "
+            "on every answer?", evidence, key=f"never_pays/{name}",
+            message_zh=f"奖励分量 {name} 在全部 {len(values)} 个记录步（{steps[0]}–{steps[-1]}）"
+                       "都恰好为 0，而总奖励在变：这个奖励函数从未给过分——模式从未匹配输出，"
+                       "或校验器对每个回答都失败？")
+
+    def _floor(self) -> float:
+        std = median(self._std) if self._std else 0.0
+        return max(self.config.min_move, self.config.std_frac * std)
+
+    def _tradeoff(self, name: str, judged: dict[str, list[float]]) -> Condition | None:
+        cfg = self.config
+        values = judged[name]
+        first, last = values[0], values[-1]
+        fall = first - last
+        if len(values) < 3 or first <= 0 or last > (1.0 - cfg.fall_frac) * first \
+                or fall < self._floor() or not _monotone(values, -1):
+            return None
+        risers = {n: v[-1] - v[0] for n, v in judged.items()
+                  if n != name and len(v) >= 3 and _monotone(v, +1) and v[-1] - v[0] >= fall}
+        if not risers:
+            return None
+        other = max(risers, key=risers.get)
+        rose = judged[other]
+        steps = self._steps[name]
+        evidence = {"component": name, "values": values, "rising": other, "rising_values": rose,
+                    "fall": fall, "rise": risers[other], "steps": len(values),
+                    "signal": f"reward/{name}/mean", "onset_step": steps[0]}
+        return Condition(
+            "yellow", f"reward component {name!r} fell at every step of this {len(values)}-step "
+            f"log ({first:.3g} → {last:.3g}) while {other!r} rose ({rose[0]:.3g} → {rose[-1]:.3g}): "
+            f"the reward is being earned from {other!r} instead", evidence,
+            key=f"tradeoff/{name}",
+            message_zh=f"奖励分量 {name} 在这段 {len(values)} 步日志中逐步下降（{first:.3g} → "
+                       f"{last:.3g}），而 {other} 上升（{rose[0]:.3g} → {rose[-1]:.3g}）："
+                       f"奖励正从 {other} 而不是 {name} 获得")
