@@ -8,7 +8,6 @@ import io
 import json
 
 from detector_kit import feed
-
 from rlcockpit.cli import main
 from rlcockpit.diagnostics import registry
 

@@ -63,7 +63,7 @@ class RewardComponentsConfig(Config):
 
 
 def _monotone(values: Sequence[float], sign: int) -> bool:
-    return all(sign * (b - a) > 0 for a, b in zip(values, values[1:]))
+    return all(sign * (b - a) > 0 for a, b in zip(values, values[1:], strict=False))
 
 
 @register
