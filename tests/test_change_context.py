@@ -143,7 +143,7 @@ def test_a_live_change_is_the_same_context_in_the_trainer_and_in_the_doctor(tmp_
     torch.set_num_threads(1)
     # levels is off: a random tiny model's answers hit the cap from step 1, an incident before the change
     cfg = make_config(tmp_path, "train.steps=7", "diagnostics.detectors.test_change_context.at={5: yellow}",
-                      "diagnostics.disabled=[levels]", model=model_dir)
+                      "diagnostics.disabled=[levels,reward_components]", model=model_dir)
     change = ChangeAt()
     trainer = Trainer(cfg, observers=[change])
     change.trainer = trainer

@@ -1,38 +1,34 @@
-"""Reward components over a whole log: one that never paid, and a trade-off in a short log.
+"""Reward components in a short complete log: one earned instead of another.
 
-Failure mode: a reward function that never pays — a format pattern that never matches the
-model's output, a verifier that fails on every answer and scores it 0 — contributes nothing, and
-the run optimises the other components only (open-r1 / TRL GRPO users report "format_reward is
-always 0"). To every history-based check a component at 0 is a constant, which is no move. And a
-few rows pasted from an issue in which the task's component falls while another one rises: the
-policy earns its reward from the format instead of the task (an open-r1 GRPO log: accuracy reward
-0.16 → 0.12 → 0.06 while the format reward went 0.48 → 0.55 → 0.86), too short a log for
-``rm_component_bias``'s 8-step reference.
+Failure mode: a few rows pasted from an issue in which the task's reward component falls while
+another one (the format) rises: the policy earns its reward from the format instead of the task
+(an open-r1 GRPO log: accuracy reward 0.16 → 0.12 → 0.06 while the format reward went 0.48 →
+0.55 → 0.86). The log is too short for ``rm_component_bias``'s 8-step reference, so every
+history-based check stays silent on exactly the logs users paste when they ask for help.
 Signal: each component's ``reward/<component>/mean`` (as ``rm_component_bias`` names them), judged
 once, when the log is known to be complete (``finish``: ``rlcockpit doctor`` on an import or on a
-finished or failed run) — never while a run is live, where a component at 0 may still start paying.
-Key ``never_pays/<component>``: the component was exactly 0 on every one of at least
-``min_steps`` (2) logged steps while the run's reward did move (``reward/mean`` not constant, or
-another component not 0). Key ``tradeoff/<component>``: in a complete log of fewer than
-``short_steps`` (10) logged steps (at least 3: the logs no history-based check can judge), the component
-fell at every logged step to at most ``1 − fall_frac`` of its first value (a fall ≥ 50 %, from a
-positive first value), by at least ``min_move`` (0.05) reward units or 0.1 × the median
-``reward/std`` (whichever is larger), while another component rose at every step by at least as
+finished or failed run) and only when it has fewer than ``short_steps`` (10) logged steps (at
+least 3) — never while a run is live. Key ``tradeoff/<component>``: the component fell at every
+logged step to at most ``1 − fall_frac`` of its first value (a fall ≥ 50 %, from a positive first
+value), by at least ``min_move`` (0.05) reward units or ``std_frac`` (0.1) × the median
+``reward/std``, whichever is larger, while another component rose at every step by at least as
 much.
-Default thresholds: both yellow: a log shows the state, not why it came about; the evidence names
-the component and its values.
-Practical significance: yellow only. "Never paid" is an exact 0 on every step — in the reward's
-own units, at any scale; the trade-off is a fall of half the component's own first value and at
-least 0.05 reward units (or a tenth of the reward spread), monotone, against a monotone rise of
-another component by as much: no z-score over a history of 3 rows.
-Scale assumptions: none — exact zeros, ratios to the component's own first value, and a floor in
-reward units scaled by ``reward/std`` where it is logged.
-False positives: a penalty that legitimately never fires (a repetition penalty in a run that
-never repeats) is reported as "never paid" — read it as a check, not a failure; a short log whose
-task reward falls by chance while the format is being learned.
-Fix: run the component's reward function on a few logged completions and look at what it matches
-(the format's tags, the answer's extraction); for a trade-off, weigh the task reward up or the
-format reward down, or gate the format reward on a correct answer.
+Default thresholds: yellow; the evidence names both components and their values. Calibration: in
+2,508 windows of 3, 5 and 9 steps cut from the 40 healthy tiny-world runs of seeds 600–604 and
+800–804 (200 steps each) the rule fired in 27 (1.1 %). A component exactly 0 on every step was
+tried as "a reward that never pays" and dropped: the tiny world's format component, a penalty that
+is 0 on most steps, made it fire on 11 % of those windows — zeros alone cannot tell an idle
+penalty from a dead reward.
+Practical significance: yellow only — a fall of half the component's own first value and at least
+0.05 reward units (or a tenth of the reward spread), monotone, against a monotone rise of another
+component by as much: no z-score over a history of 3 rows. A short log shows the state, not its
+persistence.
+Scale assumptions: none — ratios to the component's own first value and a floor in reward units
+scaled by ``reward/std`` where it is logged.
+False positives: a short log whose task reward falls by chance while the format is being learned
+(the format rising fast is normal early in GRPO); read the completions.
+Fix: weigh the task reward up or the format reward down, or gate the format reward on a correct
+answer; check the task reward's answer extraction on a few logged completions.
 """
 
 from __future__ import annotations
@@ -50,8 +46,8 @@ from rlcockpit.diagnostics.windows import median
 
 @dataclass(frozen=True)
 class RewardComponentsConfig(Config):
-    min_steps: int = option(2, help="Logged steps a complete log needs before it is judged.",
-                            range=(2, 1_000_000))
+    min_steps: int = option(3, help="Logged steps a complete log needs before it is judged.",
+                            range=(3, 1_000_000))
     short_steps: int = option(10, help="Trade-offs are judged in complete logs shorter than this "
                               "(longer ones are rm_component_bias's).", range=(3, 1_000_000))
     fall_frac: float = option(0.5, help="The falling component lost at least this share of its "
@@ -70,8 +66,8 @@ def _monotone(values: Sequence[float], sign: int) -> bool:
 class RewardComponents(Detector):
     name = "reward_components"
     family = "rm_component_bias"
-    reads = ("reward/", "reward/std", "reward/mean")
-    patterns = ("reward_sparse", "reward_hacking")
+    reads = ("reward/", "reward/std")
+    patterns = ("reward_hacking",)
     signal = "reward components"
     Config = RewardComponentsConfig
 
@@ -84,7 +80,6 @@ class RewardComponents(Detector):
         super().__init__(config)
         self._values: dict[str, list[float]] = defaultdict(list)
         self._steps: dict[str, list[int]] = defaultdict(list)
-        self._reward: list[float] = []
         self._std: list[float] = []
         self._seen = 0
 
@@ -98,10 +93,9 @@ class RewardComponents(Detector):
             if value is not None:
                 self._values[name].append(value)
                 self._steps[name].append(view.step)
-        for series, key in ((self._reward, "reward/mean"), (self._std, "reward/std")):
-            value = view.finite(key)
-            if value is not None:
-                series.append(value)
+        std = view.finite("reward/std")
+        if std is not None:
+            self._std.append(std)
         return []  # judged on the whole log only (finish)
 
     def finish(self) -> list[Condition] | None:
@@ -109,31 +103,9 @@ class RewardComponents(Detector):
         judged = {n: v for n, v in self._values.items() if len(v) >= cfg.min_steps}
         if not judged:
             return None
-        out = [c for name in sorted(judged) if (c := self._never_pays(name, judged)) is not None]
-        if self._seen < cfg.short_steps:
-            out += [c for name in sorted(judged) if (c := self._tradeoff(name, judged)) is not None]
-        return out
-
-    def _never_pays(self, name: str, judged: dict[str, list[float]]) -> Condition | None:
-        values = judged[name]
-        if any(v != 0.0 for v in values):
-            return None
-        moved = (len(self._reward) >= 2 and max(self._reward) > min(self._reward)) or any(
-            any(v != 0.0 for v in other) for n, other in judged.items() if n != name)
-        if not moved:
-            return None  # nothing paid at all: the levels / stall checks' finding
-        steps = self._steps[name]
-        evidence = {"component": name, "steps": len(values), "first_step": steps[0],
-                    "last_step": steps[-1], "signal": f"reward/{name}/mean",
-                    "onset_step": steps[0], "reward_mean": self._reward[-4:]}
-        return Condition(
-            "yellow", f"reward component {name!r} was exactly 0 on every one of the {len(values)} "
-            f"logged steps ({steps[0]}–{steps[-1]}) while the reward moved: this reward function "
-            "never paid — a pattern that never matches the completions, or a verifier that fails "
-            "on every answer?", evidence, key=f"never_pays/{name}",
-            message_zh=f"奖励分量 {name} 在全部 {len(values)} 个记录步（{steps[0]}–{steps[-1]}）"
-                       "都恰好为 0，而总奖励在变：这个奖励函数从未给过分——模式从未匹配输出，"
-                       "或校验器对每个回答都失败？")
+        if self._seen >= cfg.short_steps:
+            return None  # rm_component_bias judges longer logs against their history
+        return [c for name in sorted(judged) if (c := self._tradeoff(name, judged)) is not None]
 
     def _floor(self) -> float:
         std = median(self._std) if self._std else 0.0
