@@ -163,7 +163,7 @@ FAILURE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("no_learning", ("stall", "kl", "levels", "reward_shape")),
     ("reward_hacking", ("reward_hacking", "length_hacking", "degeneration")),
     # a reward (or one of its components) that collapses or plateaus: the run-level checks, and from
-    # 2026-12-07 on the component checks (a component that never pays, one earned instead of another)
+    # 2026-12-07 on the component checks (one component earned instead of another)
     ("collapse", ("stall", "levels", "reward_shape", "rm_component_bias")),
     ("plateau", ("stall", "levels", "reward_shape", "rm_component_bias")),
 )
