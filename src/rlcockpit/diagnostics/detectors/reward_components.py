@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from rlcockpit.config import Config, option
 from rlcockpit.diagnostics.base import SKIPPED, Condition, Detector, StepView
-from rlcockpit.diagnostics.detectors.rm_component_bias import NOT_COMPONENTS, component_names
+from rlcockpit.diagnostics.detectors.rm_component_bias import component_names, logged_components
 from rlcockpit.diagnostics.registry import register
 from rlcockpit.diagnostics.windows import median
 
@@ -73,8 +73,7 @@ class RewardComponents(Detector):
 
     @classmethod
     def able(cls, names: frozenset[str], samples: bool) -> bool:
-        return any(len(p := n.split("/")) == 3 and p[0] == "reward" and p[2] == "mean"
-                   and p[1] not in NOT_COMPONENTS for n in names)
+        return bool(logged_components(names))
 
     def __init__(self, config: RewardComponentsConfig | None = None) -> None:
         super().__init__(config)

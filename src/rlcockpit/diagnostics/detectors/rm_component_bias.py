@@ -129,6 +129,14 @@ def component_names(view: StepView) -> list[str]:
     return sorted(out)
 
 
+def logged_components(names: frozenset[str]) -> set[str]:
+    """Component names among logged metric names (``reward/<component>/mean``, as
+    :func:`component_names` reads them from a step)."""
+    parts = [n.split("/") for n in names]
+    return {p[1] for p in parts if len(p) == 3 and p[0] == "reward" and p[2] == "mean"
+            and p[1] not in NOT_COMPONENTS}
+
+
 def _component_values(view: StepView, name: str) -> np.ndarray:
     values = np.asarray([float(s.components[name]) for s in view.samples
                          if name in s.components], dtype=float)
@@ -147,10 +155,7 @@ class RMComponentBias(Detector):
 
     @classmethod
     def able(cls, names: frozenset[str], samples: bool) -> bool:
-        parts = [n.split("/") for n in names]
-        found = {p[1] for p in parts if len(p) == 3 and p[0] == "reward" and p[2] == "mean"
-                 and p[1] not in NOT_COMPONENTS}
-        return len(found) >= 2 or samples
+        return len(logged_components(names)) >= 2 or samples
 
     def __init__(self, config: RMComponentBiasConfig | None = None) -> None:
         super().__init__(config)
